@@ -1,0 +1,29 @@
+#include "tern_tls.h"
+
+#include <openssl/crypto.h>
+#include <string.h>
+
+int32_t TernTls_AbiVersion(void)
+{
+    return TERN_TLS_ABI_VERSION;
+}
+
+int64_t TernTls_OpenSslVersionNumber(void)
+{
+    return (int64_t)OpenSSL_version_num();
+}
+
+int32_t TernTls_OpenSslVersionText(char* buffer, int32_t capacity)
+{
+    if (buffer == NULL || capacity < 1)
+    {
+        return -1;
+    }
+
+    const char* text = OpenSSL_version(OPENSSL_VERSION);
+    size_t length = strlen(text);
+    size_t copied = length < (size_t)capacity - 1 ? length : (size_t)capacity - 1;
+    memcpy(buffer, text, copied);
+    buffer[copied] = '\0';
+    return length > INT32_MAX ? INT32_MAX : (int32_t)length;
+}
