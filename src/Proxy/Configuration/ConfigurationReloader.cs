@@ -1,0 +1,77 @@
+using Microsoft.Extensions.Configuration;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Primitives;
+
+namespace Tern.Proxy.Configuration;
+
+/// <summary>
+/// Re-checks the whole configuration when a source changes. A valid change is applied at once
+/// (routes, clusters, certificates) without touching open connections; an invalid one is logged
+/// problem by problem and the last good configuration stays in force.
+/// </summary>
+internal sealed class ConfigurationReloader(
+    IConfiguration live,
+    ActiveConfiguration active,
+    ProxyConfigurationGate gate,
+    ILogger<ConfigurationReloader> logger) : IHostedService, IDisposable
+{
+    // Editors and ConfigMap updates fire several change events per save; settle first.
+    private static readonly TimeSpan s_settle = TimeSpan.FromMilliseconds(250);
+    private readonly Lock _lock = new();
+    private IDisposable? _subscription;
+    private Timer? _timer;
+
+    public Task StartAsync(CancellationToken cancellationToken)
+    {
+        _timer = new Timer(_ => Apply(), null, Timeout.Infinite, Timeout.Infinite);
+        _subscription = ChangeToken.OnChange(live.GetReloadToken, () => _timer.Change(s_settle, Timeout.InfiniteTimeSpan));
+        return Task.CompletedTask;
+    }
+
+    public Task StopAsync(CancellationToken cancellationToken)
+    {
+        _subscription?.Dispose();
+        _timer?.Change(Timeout.Infinite, Timeout.Infinite);
+        return Task.CompletedTask;
+    }
+
+    public void Dispose()
+    {
+        _subscription?.Dispose();
+        _timer?.Dispose();
+    }
+
+    internal void Apply()
+    {
+        lock (_lock)
+        {
+            var snapshot = ConfigurationSnapshot.TryLoad(live, out var problems);
+            if (snapshot is null)
+            {
+                foreach (var problem in problems)
+                {
+                    TernLog.ReloadProblem(logger, problem.Key, problem.Message);
+                }
+
+                TernLog.ReloadRejected(logger, problems.Count);
+                return;
+            }
+
+            var previous = active.Current.Settings;
+            foreach (var (key, port) in snapshot.Settings.ListenerPorts().Except(previous.ListenerPorts()))
+            {
+                TernLog.RestartNeeded(logger, key, port);
+            }
+
+            foreach (var key in snapshot.UnknownKeys)
+            {
+                TernLog.UnknownSetting(logger, key);
+            }
+
+            active.Replace(snapshot);
+            gate.Publish(snapshot.ReverseProxy);
+            TernLog.Reloaded(logger, snapshot.Certificates.All.Count);
+        }
+    }
+}

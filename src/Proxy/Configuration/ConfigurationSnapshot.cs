@@ -1,0 +1,58 @@
+using Microsoft.Extensions.Configuration;
+using Tern.Proxy.Tls;
+
+namespace Tern.Proxy.Configuration;
+
+/// <summary>
+/// One fully checked configuration: Tern's settings, the loaded certificates and the
+/// ReverseProxy section to hand to YARP. Built at start and on every reload; never partial.
+/// </summary>
+public sealed record ConfigurationSnapshot(
+    TernSettings Settings,
+    CertificateSet Certificates,
+    bool SelfSigned,
+    IReadOnlyList<KeyValuePair<string, string?>> ReverseProxy,
+    IReadOnlyList<string> UnknownKeys)
+{
+    /// <summary>Reads and checks everything; on failure returns null and every problem found.</summary>
+    internal static ConfigurationSnapshot? TryLoad(IConfiguration configuration, out IReadOnlyList<ConfigurationProblem> problems)
+    {
+        var reader = new SettingReader(configuration);
+        reader.Problems.AddRange(CheckedJsonFile.Problems(configuration));
+        var settings = TernSettings.Read(reader);
+        ReverseProxyValidator.Validate(configuration, reader.Problems);
+
+        var selfSigned = settings.Certificates.Count == 0;
+        var certificates = LoadCertificates(settings, selfSigned, reader.Problems);
+
+        problems = reader.Problems;
+        if (problems.Count > 0 || certificates is null)
+        {
+            return null;
+        }
+
+        var reverseProxy = configuration.GetSection(ReverseProxyValidator.Section).AsEnumerable()
+            .Where(pair => pair.Value is not null)
+            .ToList();
+        return new ConfigurationSnapshot(settings, certificates, selfSigned, reverseProxy, reader.UnreadKeys(TernSettings.Section).ToList());
+    }
+
+    private static CertificateSet? LoadCertificates(TernSettings settings, bool selfSigned, List<ConfigurationProblem> problems)
+    {
+        if (!selfSigned)
+        {
+            return CertificateSet.Load(settings.Certificates, problems);
+        }
+
+        try
+        {
+            return CertificateSet.Load([SelfSignedCertificate.Ensure(settings.SelfSignedDirectory)], problems);
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
+        {
+            problems.Add(new("Tern:Tls:SelfSignedDirectory",
+                $"no certificate is configured and the self-signed one cannot be written to '{settings.SelfSignedDirectory}': {ex.Message}; configure Tern:Tls:Certificates or point this at a writable folder"));
+            return null;
+        }
+    }
+}

@@ -1,0 +1,119 @@
+using System.Globalization;
+using Microsoft.Extensions.Configuration;
+
+namespace Tern.Proxy.Configuration;
+
+/// <summary>
+/// Reads typed settings from raw configuration, recording a problem (with the full key) for
+/// every value that does not parse, so that start-up can report all of them at once.
+/// It also remembers which keys it read, so keys nobody reads can be reported as typos.
+/// </summary>
+internal sealed class SettingReader(IConfiguration configuration)
+{
+    private readonly HashSet<string> _read = new(StringComparer.OrdinalIgnoreCase);
+
+    public List<ConfigurationProblem> Problems { get; } = [];
+
+    public IConfiguration Configuration => configuration;
+
+    public void Add(string key, string message) => Problems.Add(new ConfigurationProblem(key, message));
+
+    public string? String(string key)
+    {
+        _read.Add(key);
+        var value = configuration[key];
+        return string.IsNullOrWhiteSpace(value) ? null : value.Trim();
+    }
+
+    public int Port(string key, int fallback)
+    {
+        var text = String(key);
+        if (text is null)
+        {
+            return fallback;
+        }
+
+        if (!int.TryParse(text, NumberStyles.None, CultureInfo.InvariantCulture, out var port) || port is < 1 or > 65535)
+        {
+            Add(key, $"'{text}' is not a port number (1-65535)");
+            return fallback;
+        }
+
+        return port;
+    }
+
+    public bool Bool(string key, bool fallback)
+    {
+        var text = String(key);
+        if (text is null)
+        {
+            return fallback;
+        }
+
+        if (!bool.TryParse(text, out var value))
+        {
+            Add(key, $"'{text}' is not true or false");
+            return fallback;
+        }
+
+        return value;
+    }
+
+    /// <summary>A positive duration written as hh:mm:ss (or d.hh:mm:ss, or a number of seconds).</summary>
+    public TimeSpan Duration(string key, TimeSpan fallback)
+    {
+        var text = String(key);
+        if (text is null)
+        {
+            return fallback;
+        }
+
+        if (double.TryParse(text, NumberStyles.Float, CultureInfo.InvariantCulture, out var seconds) && seconds > 0 && seconds < TimeSpan.MaxValue.TotalSeconds)
+        {
+            return TimeSpan.FromSeconds(seconds);
+        }
+
+        if (TimeSpan.TryParse(text, CultureInfo.InvariantCulture, out var value) && value > TimeSpan.Zero)
+        {
+            return value;
+        }
+
+        Add(key, $"'{text}' is not a positive duration (hh:mm:ss, e.g. 00:00:30)");
+        return fallback;
+    }
+
+    /// <summary>The values of an array setting (key:0, key:1, ...), in order.</summary>
+    public IReadOnlyList<string> List(string key)
+    {
+        _read.Add(key);
+        var items = new List<string>();
+        foreach (var child in configuration.GetSection(key).GetChildren())
+        {
+            _read.Add(child.Path);
+            if (!string.IsNullOrWhiteSpace(child.Value))
+            {
+                items.Add(child.Value.Trim());
+            }
+        }
+
+        // A single value given where a list is expected (Tern__X=a) is taken as a one-item list.
+        var single = configuration[key];
+        if (items.Count == 0 && !string.IsNullOrWhiteSpace(single))
+        {
+            items.Add(single.Trim());
+        }
+
+        return items;
+    }
+
+    /// <summary>Names of the child sections of key (e.g. the certificate names).</summary>
+    public IEnumerable<string> Names(string key) =>
+        configuration.GetSection(key).GetChildren().Select(c => c.Key);
+
+    /// <summary>Leaf keys under section that no read asked for: most likely misspelt settings.</summary>
+    public IEnumerable<string> UnreadKeys(string section) =>
+        configuration.GetSection(section).AsEnumerable()
+            .Where(pair => pair.Value is not null && !_read.Contains(pair.Key))
+            .Select(pair => pair.Key)
+            .Order(StringComparer.OrdinalIgnoreCase);
+}

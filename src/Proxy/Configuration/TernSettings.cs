@@ -1,0 +1,171 @@
+using System.Net;
+using Tern.Proxy.Tls;
+
+namespace Tern.Proxy.Configuration;
+
+/// <summary>Tern's own settings (the "Tern" section), read and checked as one immutable snapshot.</summary>
+public sealed record TernSettings
+{
+    public const string Section = "Tern";
+
+    public int HttpsPort { get; init; } = 8443;
+
+    public int HttpPort { get; init; } = 8080;
+
+    /// <summary>The HTTPS port that plain-HTTP redirects point to (what clients see, e.g. 443 behind a Service).</summary>
+    public int RedirectHttpsPort { get; init; } = 8443;
+
+    public int ManagementPort { get; init; } = 9090;
+
+    public string TlsEngine { get; init; } = TlsEngines.SslStream;
+
+    public TimeSpan HandshakeTimeout { get; init; } = TimeSpan.FromSeconds(10);
+
+    public IReadOnlyList<CertificateSettings> Certificates { get; init; } = [];
+
+    public string SelfSignedDirectory { get; init; } = DefaultSelfSignedDirectory;
+
+    public IReadOnlyList<IPNetwork> TrustedProxies { get; init; } = [];
+
+    public TimeSpan ConnectTimeout { get; init; } = TimeSpan.FromSeconds(1);
+
+    public TimeSpan DrainTimeout { get; init; } = TimeSpan.FromSeconds(30);
+
+    public bool DemoEnabled { get; init; }
+
+    public int DemoPort { get; init; } = 8081;
+
+    internal static string DefaultSelfSignedDirectory =>
+        Path.Combine(Environment.GetFolderPath(Environment.SpecialFolder.LocalApplicationData, Environment.SpecialFolderOption.DoNotVerify), "tern", "certs");
+
+    /// <summary>Reads the Tern section; every problem lands in reader.Problems with its key.</summary>
+    internal static TernSettings Read(SettingReader reader)
+    {
+        var defaults = new TernSettings();
+        var httpsPort = reader.Port("Tern:Https:Port", defaults.HttpsPort);
+        var settings = new TernSettings
+        {
+            HttpsPort = httpsPort,
+            HttpPort = reader.Port("Tern:Http:Port", defaults.HttpPort),
+            RedirectHttpsPort = reader.Port("Tern:Http:RedirectHttpsPort", httpsPort),
+            ManagementPort = reader.Port("Tern:Management:Port", defaults.ManagementPort),
+            TlsEngine = ReadEngine(reader),
+            HandshakeTimeout = reader.Duration("Tern:Tls:HandshakeTimeout", defaults.HandshakeTimeout),
+            Certificates = ReadCertificates(reader),
+            SelfSignedDirectory = reader.String("Tern:Tls:SelfSignedDirectory") ?? defaults.SelfSignedDirectory,
+            TrustedProxies = ReadNetworks(reader, "Tern:Forwarding:TrustedProxies"),
+            ConnectTimeout = reader.Duration("Tern:Forwarding:ConnectTimeout", defaults.ConnectTimeout),
+            DrainTimeout = reader.Duration("Tern:Shutdown:DrainTimeout", defaults.DrainTimeout),
+            DemoEnabled = reader.Bool("Tern:Demo:Enabled", defaults.DemoEnabled),
+            DemoPort = reader.Port("Tern:Demo:Port", defaults.DemoPort),
+        };
+
+        CheckDistinctPorts(reader, settings);
+        return settings;
+    }
+
+    /// <summary>The listeners this configuration binds, with the key that sets each port.</summary>
+    internal IEnumerable<(string Key, int Port)> ListenerPorts()
+    {
+        yield return ("Tern:Https:Port", HttpsPort);
+        yield return ("Tern:Http:Port", HttpPort);
+        yield return ("Tern:Management:Port", ManagementPort);
+        if (DemoEnabled)
+        {
+            yield return ("Tern:Demo:Port", DemoPort);
+        }
+    }
+
+    private static void CheckDistinctPorts(SettingReader reader, TernSettings settings)
+    {
+        var seen = new Dictionary<int, string>();
+        foreach (var (key, port) in settings.ListenerPorts())
+        {
+            if (!seen.TryAdd(port, key))
+            {
+                reader.Add(key, $"port {port} is already used by {seen[port]}; each listener needs its own port");
+            }
+        }
+    }
+
+    private static string ReadEngine(SettingReader reader)
+    {
+        const string key = "Tern:Tls:Engine";
+        var text = reader.String(key);
+        if (text is null)
+        {
+            return TlsEngines.SslStream;
+        }
+
+        if (string.Equals(text, TlsEngines.SslStream, StringComparison.OrdinalIgnoreCase))
+        {
+            return TlsEngines.SslStream;
+        }
+
+        reader.Add(key, string.Equals(text, TlsEngines.OpenSsl, StringComparison.OrdinalIgnoreCase)
+            ? $"the {TlsEngines.OpenSsl} engine is not available in this build yet; use {TlsEngines.SslStream}"
+            : $"'{text}' is not a TLS engine; use {TlsEngines.SslStream}");
+        return TlsEngines.SslStream;
+    }
+
+    private static List<CertificateSettings> ReadCertificates(SettingReader reader)
+    {
+        var certificates = new List<CertificateSettings>();
+        foreach (var name in reader.Names("Tern:Tls:Certificates"))
+        {
+            var prefix = $"Tern:Tls:Certificates:{name}";
+            var certificatePath = reader.String($"{prefix}:CertificatePath");
+            var keyPath = reader.String($"{prefix}:KeyPath");
+            var hosts = reader.List($"{prefix}:Hosts");
+            if (certificatePath is null)
+            {
+                reader.Add($"{prefix}:CertificatePath", "is required: the path of a PEM certificate file (tls.crt)");
+            }
+
+            if (keyPath is null)
+            {
+                reader.Add($"{prefix}:KeyPath", "is required: the path of a PEM private key file (tls.key)");
+            }
+
+            foreach (var host in hosts)
+            {
+                if (!HostPattern.IsValid(host))
+                {
+                    reader.Add($"{prefix}:Hosts", $"'{host}' is not a host name or a wildcard like *.example.com");
+                }
+            }
+
+            if (certificatePath is not null && keyPath is not null)
+            {
+                certificates.Add(new CertificateSettings(name, certificatePath, keyPath, hosts));
+            }
+        }
+
+        return certificates;
+    }
+
+    private static List<IPNetwork> ReadNetworks(SettingReader reader, string key)
+    {
+        var networks = new List<IPNetwork>();
+        foreach (var text in reader.List(key))
+        {
+            if (IPNetwork.TryParse(text, out var network))
+            {
+                networks.Add(network);
+            }
+            else if (IPAddress.TryParse(text, out var address))
+            {
+                networks.Add(new IPNetwork(address, address.AddressFamily == System.Net.Sockets.AddressFamily.InterNetwork ? 32 : 128));
+            }
+            else
+            {
+                reader.Add(key, $"'{text}' is not an IP address or a CIDR range like 10.0.0.0/8");
+            }
+        }
+
+        return networks;
+    }
+}
+
+/// <summary>One entry of Tern:Tls:Certificates.</summary>
+public sealed record CertificateSettings(string Name, string CertificatePath, string KeyPath, IReadOnlyList<string> Hosts);

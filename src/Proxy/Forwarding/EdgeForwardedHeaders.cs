@@ -1,0 +1,100 @@
+using System.Net;
+using Microsoft.Extensions.Primitives;
+using Tern.Proxy.Configuration;
+using Yarp.ReverseProxy.Transforms;
+using Yarp.ReverseProxy.Transforms.Builder;
+
+namespace Tern.Proxy.Forwarding;
+
+/// <summary>
+/// Tern's default request transforms for every route that does not configure its own:
+/// X-Forwarded-For/-Proto/-Host describing the real client (incoming values are kept and
+/// appended to only when the connection comes from Tern:Forwarding:TrustedProxies), and the
+/// original Host header passed to the upstream unless the route sets RequestHeaderOriginalHost.
+/// </summary>
+internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransformProvider
+{
+    private const string ForwardedFor = "X-Forwarded-For";
+    private const string ForwardedProto = "X-Forwarded-Proto";
+    private const string ForwardedHost = "X-Forwarded-Host";
+    private const string ForwardedPrefix = "X-Forwarded-Prefix";
+    private const string Forwarded = "Forwarded";
+
+    public void ValidateRoute(TransformRouteValidationContext context)
+    {
+    }
+
+    public void ValidateCluster(TransformClusterValidationContext context)
+    {
+    }
+
+    public void Apply(TransformBuilderContext context)
+    {
+        // A route with its own X-Forwarded or Forwarded transform has already turned the defaults off.
+        if (context.UseDefaultForwarders ?? true)
+        {
+            context.UseDefaultForwarders = false;
+            context.RequestTransforms.Add(new ClientForwardedHeaders(active));
+        }
+
+        var transforms = context.Route.Transforms ?? [];
+        if (!transforms.Any(t => t.ContainsKey("RequestHeaderOriginalHost")))
+        {
+            context.AddOriginalHost(true);
+        }
+    }
+
+    private sealed class ClientForwardedHeaders(ActiveConfiguration active) : RequestTransform
+    {
+        public override ValueTask ApplyAsync(RequestTransformContext context)
+        {
+            var request = context.HttpContext.Request;
+            var client = context.HttpContext.Connection.RemoteIpAddress;
+            var trusted = client is not null && IsTrusted(client, active.Current.Settings.TrustedProxies);
+
+            var incomingFor = TakeHeader(context, ForwardedFor);
+            var incomingProto = TakeHeader(context, ForwardedProto);
+            var incomingHost = TakeHeader(context, ForwardedHost);
+            TakeHeader(context, ForwardedPrefix);
+            if (!trusted)
+            {
+                // An untrusted client could otherwise claim any address through RFC 7239 too.
+                TakeHeader(context, Forwarded);
+            }
+
+            var clientText = client is null ? "unknown" : (client.IsIPv4MappedToIPv6 ? client.MapToIPv4() : client).ToString();
+            AddHeader(context, ForwardedFor, trusted && !StringValues.IsNullOrEmpty(incomingFor) ? StringValues.Concat(incomingFor, clientText) : clientText);
+            AddHeader(context, ForwardedProto, trusted && !StringValues.IsNullOrEmpty(incomingProto) ? incomingProto : request.Scheme);
+            if (request.Host.HasValue)
+            {
+                AddHeader(context, ForwardedHost, trusted && !StringValues.IsNullOrEmpty(incomingHost) ? incomingHost : request.Host.Value);
+            }
+
+            if (request.PathBase.HasValue)
+            {
+                AddHeader(context, ForwardedPrefix, request.PathBase.Value);
+            }
+
+            return ValueTask.CompletedTask;
+        }
+
+        private static bool IsTrusted(IPAddress client, IReadOnlyList<IPNetwork> networks)
+        {
+            if (networks.Count == 0)
+            {
+                return false;
+            }
+
+            var address = client.IsIPv4MappedToIPv6 ? client.MapToIPv4() : client;
+            foreach (var network in networks)
+            {
+                if (network.Contains(address))
+                {
+                    return true;
+                }
+            }
+
+            return false;
+        }
+    }
+}

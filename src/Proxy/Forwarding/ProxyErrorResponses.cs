@@ -1,0 +1,110 @@
+using System.Net.Sockets;
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.Logging;
+using Yarp.ReverseProxy.Forwarder;
+using Yarp.ReverseProxy.Model;
+
+namespace Tern.Proxy.Forwarding;
+
+/// <summary>
+/// Turns YARP's forwarding errors into statuses an operator can act on, each with a short
+/// plain-text reason: 502 when the upstream refused or could not be reached, 504 when it did not
+/// answer in time, 503 when a cluster has no destination left, and 499 (logged, never sent) when
+/// the client went away first. Reasons name the cluster, never an internal address.
+/// </summary>
+internal static class ProxyErrorResponses
+{
+    /// <summary>Status logged when the client closed the connection before the response (nginx's convention).</summary>
+    public const int ClientClosedRequest = 499;
+
+    public static async Task InvokeAsync(HttpContext context, Func<Task> next)
+    {
+        await next();
+
+        var error = context.GetForwarderErrorFeature();
+        if (error is null)
+        {
+            return;
+        }
+
+        var proxy = context.GetReverseProxyFeature();
+        var route = proxy.Route.Config.RouteId;
+        if (context.RequestAborted.IsCancellationRequested || error.Error is ForwarderError.RequestCanceled or ForwarderError.RequestBodyCanceled or ForwarderError.ResponseBodyCanceled or ForwarderError.UpgradeRequestCanceled or ForwarderError.UpgradeResponseCanceled)
+        {
+            if (!context.Response.HasStarted)
+            {
+                context.Response.StatusCode = ClientClosedRequest;
+            }
+
+            TernLog.ClientClosedRequest(Logger(context), context.Request.Method, context.Request.Path, route);
+            return;
+        }
+
+        var (status, reason) = Describe(error.Error, error.Exception, proxy);
+        TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, status, reason, route,
+            proxy.Cluster.Config.ClusterId, proxy.ProxiedDestination?.DestinationId ?? "-");
+        if (context.Response.HasStarted)
+        {
+            // Part of the upstream's response is already on the wire; the connection is aborted.
+            return;
+        }
+
+        context.Response.Clear();
+        context.Response.StatusCode = status;
+        context.Response.ContentType = "text/plain; charset=utf-8";
+        context.Response.Headers.CacheControl = "no-store";
+        await context.Response.WriteAsync($"{status} {ReasonPhrase(status)}: {reason}\n");
+    }
+
+    internal static (int Status, string Reason) Describe(ForwarderError error, Exception? exception, IReverseProxyFeature proxy)
+    {
+        var cluster = proxy.Cluster.Config.ClusterId;
+        if (error == ForwarderError.NoAvailableDestinations)
+        {
+            return (StatusCodes.Status503ServiceUnavailable, $"cluster '{cluster}' has no available destination");
+        }
+
+        if (error == ForwarderError.RequestTimedOut)
+        {
+            return (StatusCodes.Status504GatewayTimeout, $"the upstream of cluster '{cluster}' did not respond in time");
+        }
+
+        var socketError = Find<SocketException>(exception)?.SocketErrorCode;
+        var reason = socketError switch
+        {
+            SocketError.ConnectionRefused => "the upstream refused the connection",
+            SocketError.HostUnreachable or SocketError.NetworkUnreachable => "the upstream is unreachable",
+            SocketError.HostNotFound or SocketError.NoData or SocketError.TryAgain => "the upstream's host name does not resolve",
+            SocketError.ConnectionReset or SocketError.ConnectionAborted => "the upstream closed the connection",
+            _ when Find<TimeoutException>(exception) is not null => "the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout",
+            _ when error is ForwarderError.ResponseHeaders => "the upstream sent an invalid response",
+            _ => "the upstream could not be reached",
+        };
+        return (StatusCodes.Status502BadGateway, $"{reason} (cluster '{cluster}')");
+    }
+
+    private static T? Find<T>(Exception? exception)
+        where T : Exception
+    {
+        for (var e = exception; e is not null; e = e.InnerException)
+        {
+            if (e is T match)
+            {
+                return match;
+            }
+        }
+
+        return null;
+    }
+
+    private static string ReasonPhrase(int status) => status switch
+    {
+        StatusCodes.Status502BadGateway => "Bad Gateway",
+        StatusCodes.Status503ServiceUnavailable => "Service Unavailable",
+        StatusCodes.Status504GatewayTimeout => "Gateway Timeout",
+        _ => "Error",
+    };
+
+    private static ILogger Logger(HttpContext context) =>
+        context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("Tern.Proxy.Forwarding");
+}

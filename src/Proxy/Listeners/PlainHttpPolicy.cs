@@ -1,0 +1,42 @@
+using Microsoft.AspNetCore.Http;
+using Tern.Proxy.Configuration;
+using Yarp.ReverseProxy.Model;
+
+namespace Tern.Proxy.Listeners;
+
+/// <summary>
+/// On the plain-HTTP listener, redirects every request to HTTPS (308, method kept) unless its
+/// route carries the metadata Tern.AllowPlainHttp=true.
+/// </summary>
+internal static class PlainHttpPolicy
+{
+    public static Task InvokeAsync(HttpContext context, Func<Task> next)
+    {
+        var settings = context.RequestServices.GetRequiredService<ActiveConfiguration>().Current.Settings;
+        if (context.Connection.LocalPort != settings.HttpPort || AllowsPlainHttp(context))
+        {
+            return next();
+        }
+
+        var request = context.Request;
+        if (!request.Host.HasValue)
+        {
+            context.Response.StatusCode = StatusCodes.Status400BadRequest;
+            return context.Response.WriteAsync("400 Bad Request: a Host header is required\n");
+        }
+
+        var port = settings.RedirectHttpsPort == 443 ? null : (int?)settings.RedirectHttpsPort;
+        var host = port is null ? new HostString(request.Host.Host) : new HostString(request.Host.Host, port.Value);
+        context.Response.StatusCode = StatusCodes.Status308PermanentRedirect;
+        context.Response.Headers.Location = $"https://{host.ToUriComponent()}{request.PathBase.ToUriComponent()}{request.Path.ToUriComponent()}{request.QueryString.ToUriComponent()}";
+        return Task.CompletedTask;
+    }
+
+    private static bool AllowsPlainHttp(HttpContext context)
+    {
+        var metadata = context.GetEndpoint()?.Metadata.GetMetadata<RouteModel>()?.Config.Metadata;
+        return metadata is not null
+            && metadata.TryGetValue(ReverseProxyValidator.AllowPlainHttpMetadata, out var value)
+            && bool.TryParse(value, out var allowed) && allowed;
+    }
+}

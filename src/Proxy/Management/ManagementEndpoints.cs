@@ -1,0 +1,59 @@
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.Hosting;
+using Yarp.ReverseProxy;
+using Yarp.ReverseProxy.Model;
+
+namespace Tern.Proxy.Management;
+
+/// <summary>
+/// The management listener's endpoints: /healthz (the process serves) and /readyz (configuration
+/// loaded and every cluster has a destination not known to be down). Served only on
+/// Tern:Management:Port; the public listeners never answer them.
+/// </summary>
+internal static class ManagementEndpoints
+{
+    public static Task HandleAsync(HttpContext context)
+    {
+        var response = context.Response;
+        response.ContentType = "text/plain; charset=utf-8";
+        response.Headers.CacheControl = "no-store";
+        switch (context.Request.Path.Value)
+        {
+            case "/healthz":
+                return response.WriteAsync("ok\n");
+            case "/readyz":
+                var problem = Unready(context.RequestServices);
+                response.StatusCode = problem is null ? StatusCodes.Status200OK : StatusCodes.Status503ServiceUnavailable;
+                return response.WriteAsync(problem is null ? "ready\n" : $"not ready: {problem}\n");
+            default:
+                response.StatusCode = StatusCodes.Status404NotFound;
+                return response.WriteAsync("not found: the management port serves /healthz and /readyz\n");
+        }
+    }
+
+    /// <summary>Why the proxy is not ready, or null when it is.</summary>
+    internal static string? Unready(IServiceProvider services)
+    {
+        var lifetime = services.GetRequiredService<IHostApplicationLifetime>();
+        if (!lifetime.ApplicationStarted.IsCancellationRequested)
+        {
+            return "starting";
+        }
+
+        if (lifetime.ApplicationStopping.IsCancellationRequested)
+        {
+            return "shutting down";
+        }
+
+        foreach (var cluster in services.GetRequiredService<IProxyStateLookup>().GetClusters())
+        {
+            var destinations = cluster.Destinations.Values;
+            if (!destinations.Any(d => d.Health.Active != DestinationHealth.Unhealthy && d.Health.Passive != DestinationHealth.Unhealthy))
+            {
+                return $"cluster '{cluster.ClusterId}' has no destination that is up";
+            }
+        }
+
+        return null;
+    }
+}

@@ -1,0 +1,1 @@
+return await Tern.Proxy.TernHost.RunAsync(args);

@@ -1,0 +1,253 @@
+using System.Net;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Hosting;
+using Microsoft.AspNetCore.Server.Kestrel.Core;
+using Microsoft.Extensions.Configuration;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+using Tern.Proxy.Configuration;
+using Tern.Proxy.Demo;
+using Tern.Proxy.Forwarding;
+using Tern.Proxy.Listeners;
+using Tern.Proxy.Management;
+using Tern.Proxy.Tls;
+using Yarp.ReverseProxy.Forwarder;
+
+namespace Tern.Proxy;
+
+/// <summary>Where the proxy reads its configuration from.</summary>
+public sealed record TernHostOptions
+{
+    /// <summary>Command-line arguments (the last configuration source, --Tern:Https:Port=9443).</summary>
+    public IReadOnlyList<string> Args { get; init; } = [];
+
+    /// <summary>An extra settings file layered over the shipped ones (the TERN_CONFIG variable).</summary>
+    public string? ConfigFile { get; init; }
+
+    /// <summary>The folder holding config/appsettings.json: by default the one next to the binary.</summary>
+    public string ContentRoot { get; init; } = AppContext.BaseDirectory;
+}
+
+/// <summary>Builds and runs the proxy: Kestrel listeners, TLS, YARP, management and demo endpoints.</summary>
+public static class TernHost
+{
+    /// <summary>Exit code for configuration that cannot be used.</summary>
+    public const int ConfigurationError = 1;
+
+    /// <summary>Runs until SIGTERM/SIGINT; returns the process exit code.</summary>
+    public static async Task<int> RunAsync(string[] args)
+    {
+        var options = new TernHostOptions { Args = args, ConfigFile = Environment.GetEnvironmentVariable("TERN_CONFIG") };
+        var app = TryBuild(options, Console.Error, checkPorts: true);
+        if (app is null)
+        {
+            return ConfigurationError;
+        }
+
+        await using (app)
+        {
+            try
+            {
+                await app.StartAsync();
+            }
+            catch (IOException ex)
+            {
+                // A port taken between the check and the bind.
+                await Console.Error.WriteLineAsync($"error: Tern listeners: {ex.Message}");
+                return ConfigurationError;
+            }
+
+            await app.WaitForShutdownAsync();
+        }
+
+        return 0;
+    }
+
+    /// <summary>
+    /// Builds the proxy, or writes one line per configuration problem to errors and returns null.
+    /// </summary>
+    public static WebApplication? TryBuild(TernHostOptions options, TextWriter errors, bool checkPorts = true)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        ArgumentNullException.ThrowIfNull(errors);
+        var builder = WebApplication.CreateBuilder(new WebApplicationOptions
+        {
+            Args = [.. options.Args],
+            ContentRootPath = options.ContentRoot,
+        });
+        AddConfigurationSources(builder.Configuration, builder.Environment.EnvironmentName, options);
+
+        var snapshot = ConfigurationSnapshot.TryLoad(builder.Configuration, out var found);
+        var problems = found.ToList();
+        if (snapshot is not null && checkPorts)
+        {
+            problems.AddRange(ListenerPorts.FindBusy(snapshot.Settings));
+        }
+
+        if (snapshot is null || problems.Count > 0)
+        {
+            foreach (var problem in problems)
+            {
+                errors.WriteLine($"error: {problem}");
+            }
+
+            errors.WriteLine($"Tern did not start: {problems.Count} configuration problem(s). Settings are documented in README.md.");
+            return null;
+        }
+
+        return Build(builder, snapshot, errors);
+    }
+
+    /// <summary>
+    /// Sources in the documented order, later ones winning: config/appsettings.json (shipped),
+    /// config/appsettings.{Environment}.json, the TERN_CONFIG file, environment variables
+    /// (Tern__Https__Port), then the command line.
+    /// </summary>
+    private static void AddConfigurationSources(ConfigurationManager manager, string environment, TernHostOptions options)
+    {
+        manager.Sources.Clear();
+        IConfigurationBuilder configuration = manager;
+        var folder = Path.Combine(options.ContentRoot, "config");
+        configuration.Add(new CheckedJsonFile(Path.Combine(folder, "appsettings.json"), optional: false));
+        configuration.Add(new CheckedJsonFile(Path.Combine(folder, $"appsettings.{environment}.json"), optional: true));
+        if (!string.IsNullOrWhiteSpace(options.ConfigFile))
+        {
+            configuration.Add(new CheckedJsonFile(options.ConfigFile, optional: false));
+        }
+
+        configuration.AddEnvironmentVariables();
+        configuration.AddCommandLine([.. options.Args]);
+    }
+
+    private static WebApplication? Build(WebApplicationBuilder builder, ConfigurationSnapshot snapshot, TextWriter errors)
+    {
+        var settings = snapshot.Settings;
+        var active = new ActiveConfiguration(snapshot);
+        var gate = new ProxyConfigurationGate();
+        gate.Publish(snapshot.ReverseProxy);
+
+        builder.Services.AddSingleton(active);
+        builder.Services.AddSingleton(gate);
+        builder.Services.AddHostedService<ConfigurationReloader>();
+        builder.Services.Configure<HostOptions>(o => o.ShutdownTimeout = settings.DrainTimeout);
+        builder.Services.AddReverseProxy()
+            .LoadFromConfig(gate.Root.GetSection(ReverseProxyValidator.Section))
+            .AddTransforms<EdgeForwardedHeaders>();
+        builder.Services.AddSingleton<IForwarderHttpClientFactory, UpstreamHttpClientFactory>();
+
+        builder.WebHost.ConfigureKestrel(kestrel =>
+        {
+            kestrel.AddServerHeader = false;
+            kestrel.ListenAnyIP(settings.HttpsPort, listen =>
+            {
+                listen.Protocols = HttpProtocols.Http1AndHttp2;
+                listen.UseTernTls(active, settings.HandshakeTimeout);
+            });
+            kestrel.ListenAnyIP(settings.HttpPort, listen => listen.Protocols = HttpProtocols.Http1);
+            kestrel.ListenAnyIP(settings.ManagementPort, listen => listen.Protocols = HttpProtocols.Http1);
+            if (settings.DemoEnabled)
+            {
+                kestrel.Listen(IPAddress.Loopback, settings.DemoPort, listen => listen.Protocols = HttpProtocols.Http1);
+            }
+        });
+
+        WebApplication app;
+        try
+        {
+            app = builder.Build();
+            ConfigurePipeline(app, settings);
+        }
+        catch (InvalidOperationException ex)
+        {
+            // YARP's own validation of the ReverseProxy section (match patterns, policies, ...).
+            for (Exception? e = ex; e is not null; e = e.InnerException)
+            {
+                if (e is AggregateException aggregate)
+                {
+                    foreach (var inner in aggregate.InnerExceptions)
+                    {
+                        errors.WriteLine($"error: ReverseProxy: {inner.Message}");
+                    }
+
+                    break;
+                }
+
+                if (e.InnerException is null)
+                {
+                    errors.WriteLine($"error: ReverseProxy: {e.Message}");
+                }
+            }
+
+            errors.WriteLine("Tern did not start: the ReverseProxy section is invalid.");
+            return null;
+        }
+
+        LogStart(app, snapshot);
+        return app;
+    }
+
+    private static void ConfigurePipeline(WebApplication app, TernSettings settings)
+    {
+        // Management and demo listeners are told apart by the local port the connection arrived
+        // on, never by the Host header, which a client controls.
+        app.MapWhen(c => c.Connection.LocalPort == settings.ManagementPort, m => m.Run(ManagementEndpoints.HandleAsync));
+        if (settings.DemoEnabled)
+        {
+            app.MapWhen(c => c.Connection.LocalPort == settings.DemoPort && IPAddress.IsLoopback(c.Connection.LocalIpAddress!), d => d.Run(DemoUpstream.HandleAsync));
+        }
+
+        app.UseRouting();
+        app.Use(PlainHttpPolicy.InvokeAsync);
+        app.MapReverseProxy(proxy =>
+        {
+            proxy.Use(ProxyErrorResponses.InvokeAsync);
+            proxy.UseSessionAffinity();
+            proxy.UseLoadBalancing();
+            proxy.UsePassiveHealthChecks();
+        });
+
+        // Explicit, so that the 404 below runs only when no route matched (WebApplication would
+        // otherwise append the endpoint step after it, where it is never reached).
+        app.UseEndpoints(_ => { });
+        app.Run(context =>
+        {
+            context.Response.StatusCode = StatusCodes.Status404NotFound;
+            context.Response.ContentType = "text/plain; charset=utf-8";
+            return context.Response.WriteAsync("404 Not Found: no route matches this host and path\n");
+        });
+    }
+
+    private static void LogStart(WebApplication app, ConfigurationSnapshot snapshot)
+    {
+        var logger = app.Services.GetRequiredService<ILoggerFactory>().CreateLogger("Tern.Proxy");
+        var settings = snapshot.Settings;
+        foreach (var key in snapshot.UnknownKeys)
+        {
+            TernLog.UnknownSetting(logger, key);
+        }
+
+        if (snapshot.SelfSigned)
+        {
+            TernLog.SelfSignedInUse(logger, settings.SelfSignedDirectory);
+        }
+
+        foreach (var certificate in snapshot.Certificates.All)
+        {
+            var hosts = settings.Certificates.FirstOrDefault(c => c.Name == certificate.Name)?.Hosts ?? [];
+            TernLog.CertificateInUse(logger, settings.TlsEngine, certificate.Name, certificate.Certificate.Subject, certificate.Certificate.NotAfter.ToUniversalTime(), hosts.Count == 0 ? "(default)" : string.Join(", ", hosts));
+            if (certificate.Certificate.NotAfter < DateTime.Now)
+            {
+                TernLog.CertificateExpired(logger, certificate.Name, certificate.Certificate.Subject, certificate.Certificate.NotAfter.ToUniversalTime());
+            }
+        }
+
+        if (settings.DemoEnabled)
+        {
+            TernLog.DemoEnabled(logger, settings.DemoPort);
+        }
+
+        var lifetime = app.Services.GetRequiredService<IHostApplicationLifetime>();
+        lifetime.ApplicationStarted.Register(() => TernLog.Listening(logger, settings.HttpsPort, settings.HttpPort, settings.RedirectHttpsPort, settings.ManagementPort));
+        lifetime.ApplicationStopping.Register(() => TernLog.Draining(logger, settings.DrainTimeout));
+    }
+}

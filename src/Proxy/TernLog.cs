@@ -1,0 +1,49 @@
+using Microsoft.Extensions.Logging;
+
+namespace Tern.Proxy;
+
+/// <summary>
+/// Every log message Tern writes, with stable event ids kept in one place:
+/// 1xx configuration, 2xx TLS, 3xx forwarding, 4xx lifecycle.
+/// </summary>
+internal static partial class TernLog
+{
+    [LoggerMessage(100, LogLevel.Error, "Configuration reload: {Key}: {Problem}")]
+    public static partial void ReloadProblem(ILogger logger, string key, string problem);
+
+    [LoggerMessage(101, LogLevel.Error, "Configuration reload rejected ({Count} problem(s)); the last good configuration stays in force")]
+    public static partial void ReloadRejected(ILogger logger, int count);
+
+    [LoggerMessage(102, LogLevel.Information, "Configuration reloaded: routes, clusters and {Certificates} certificate(s) in force")]
+    public static partial void Reloaded(ILogger logger, int certificates);
+
+    [LoggerMessage(103, LogLevel.Warning, "{Key} changed to {Port}; listeners are bound at start, restart Tern to apply it")]
+    public static partial void RestartNeeded(ILogger logger, string key, int port);
+
+    [LoggerMessage(104, LogLevel.Warning, "{Key} is not a Tern setting and is ignored (misspelt?)")]
+    public static partial void UnknownSetting(ILogger logger, string key);
+
+    [LoggerMessage(200, LogLevel.Warning, "No certificate is configured under Tern:Tls:Certificates; serving a self-signed certificate for localhost from {Path}. Configure a real certificate for production.")]
+    public static partial void SelfSignedInUse(ILogger logger, string path);
+
+    [LoggerMessage(201, LogLevel.Information, "TLS engine {Engine}: certificate '{Name}' ({Subject}, expires {NotAfter:u}) for {Hosts}")]
+    public static partial void CertificateInUse(ILogger logger, string engine, string name, string subject, DateTime notAfter, string hosts);
+
+    [LoggerMessage(202, LogLevel.Warning, "Certificate '{Name}' ({Subject}) expired on {NotAfter:u}")]
+    public static partial void CertificateExpired(ILogger logger, string name, string subject, DateTime notAfter);
+
+    [LoggerMessage(300, LogLevel.Information, "{Method} {Path} returned 499: the client closed the connection before the response (route {Route})")]
+    public static partial void ClientClosedRequest(ILogger logger, string method, string path, string route);
+
+    [LoggerMessage(301, LogLevel.Warning, "{Method} {Path} returned {Status}: {Reason} (route {Route}, cluster {Cluster}, destination {Destination})")]
+    public static partial void UpstreamFailed(ILogger logger, string method, string path, int status, string reason, string route, string cluster, string destination);
+
+    [LoggerMessage(400, LogLevel.Information, "Tern listening: HTTPS {HttpsPort}, HTTP {HttpPort} (redirects to HTTPS {RedirectPort}), management {ManagementPort}")]
+    public static partial void Listening(ILogger logger, int httpsPort, int httpPort, int redirectPort, int managementPort);
+
+    [LoggerMessage(401, LogLevel.Information, "Demo upstream (echo) on http://127.0.0.1:{Port}/; set Tern:Demo:Enabled=false when pointing clusters at real apps")]
+    public static partial void DemoEnabled(ILogger logger, int port);
+
+    [LoggerMessage(402, LogLevel.Information, "Shutting down: no new connections; draining in-flight requests for up to {DrainTimeout}")]
+    public static partial void Draining(ILogger logger, TimeSpan drainTimeout);
+}

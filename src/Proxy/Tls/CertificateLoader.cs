@@ -1,0 +1,100 @@
+using System.Security.Cryptography;
+using System.Security.Cryptography.X509Certificates;
+using Tern.Proxy.Configuration;
+
+namespace Tern.Proxy.Tls;
+
+/// <summary>
+/// Loads a PEM certificate and key (the layout of a Kubernetes TLS secret) and says precisely
+/// which file is wrong and how when it cannot.
+/// </summary>
+internal static class CertificateLoader
+{
+    public static ServerCertificate? Load(CertificateSettings settings, string keyPrefix, List<ConfigurationProblem> problems)
+    {
+        var certificateKey = $"{keyPrefix}:CertificatePath";
+        var keyKey = $"{keyPrefix}:KeyPath";
+        var certificateText = ReadText(settings.CertificatePath, certificateKey, problems);
+        var keyText = ReadText(settings.KeyPath, keyKey, problems);
+        if (certificateText is null || keyText is null)
+        {
+            return null;
+        }
+
+        var certificates = new X509Certificate2Collection();
+        try
+        {
+            certificates.ImportFromPem(certificateText);
+        }
+        catch (CryptographicException ex)
+        {
+            problems.Add(new(certificateKey, $"'{settings.CertificatePath}' is not a valid PEM certificate: {ex.Message}"));
+            return null;
+        }
+
+        if (certificates.Count == 0)
+        {
+            problems.Add(new(certificateKey, $"'{settings.CertificatePath}' holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+            return null;
+        }
+
+        var leaf = certificates[0];
+        var chain = new X509Certificate2Collection();
+        for (var i = 1; i < certificates.Count; i++)
+        {
+            chain.Add(certificates[i]);
+        }
+
+        var withKey = AttachKey(leaf, keyText, settings, keyKey, problems);
+        return withKey is null ? null : new ServerCertificate(settings.Name, withKey, chain);
+    }
+
+    private static X509Certificate2? AttachKey(X509Certificate2 leaf, string keyText, CertificateSettings settings, string keyKey, List<ConfigurationProblem> problems)
+    {
+        using var rsa = leaf.GetRSAPublicKey();
+        using var ecdsa = leaf.GetECDsaPublicKey();
+        AsymmetricAlgorithm? key = rsa is not null ? RSA.Create() : ecdsa is not null ? ECDsa.Create() : null;
+        if (key is null)
+        {
+            problems.Add(new(keyKey, $"the certificate in '{settings.CertificatePath}' has a key type Tern does not support (use RSA or ECDSA)"));
+            return null;
+        }
+
+        using (key)
+        {
+            try
+            {
+                key.ImportFromPem(keyText);
+            }
+            catch (Exception ex) when (ex is ArgumentException or CryptographicException)
+            {
+                problems.Add(new(keyKey, $"'{settings.KeyPath}' holds no unencrypted PEM private key of the certificate's type ({(rsa is not null ? "RSA" : "ECDSA")}): {ex.Message}"));
+                return null;
+            }
+
+            try
+            {
+                var combined = key is RSA r ? leaf.CopyWithPrivateKey(r) : leaf.CopyWithPrivateKey((ECDsa)key);
+                return combined;
+            }
+            catch (Exception ex) when (ex is ArgumentException or CryptographicException)
+            {
+                problems.Add(new(keyKey, $"the key in '{settings.KeyPath}' does not match the certificate in '{settings.CertificatePath}'"));
+                return null;
+            }
+        }
+    }
+
+    private static string? ReadText(string path, string key, List<ConfigurationProblem> problems)
+    {
+        try
+        {
+            return File.ReadAllText(path);
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or NotSupportedException or ArgumentException)
+        {
+            problems.Add(new(key, $"cannot read '{path}': {ex.Message}"));
+            return null;
+        }
+    }
+}

@@ -1,0 +1,48 @@
+using System.Net.Security;
+using System.Runtime.CompilerServices;
+using System.Security.Authentication;
+using Microsoft.AspNetCore.Server.Kestrel.Core;
+using Microsoft.AspNetCore.Server.Kestrel.Https;
+using Tern.Proxy.Configuration;
+
+namespace Tern.Proxy.Tls;
+
+/// <summary>Entry point of the TLS feature on a Kestrel listener.</summary>
+public static class TlsListenOptionsExtensions
+{
+    private static readonly List<SslApplicationProtocol> s_h2AndHttp11 = [SslApplicationProtocol.Http2, SslApplicationProtocol.Http11];
+    private static readonly List<SslApplicationProtocol> s_http11 = [SslApplicationProtocol.Http11];
+
+    /// <summary>
+    /// Terminates TLS on this listener with the certificates in force, chosen per connection by SNI,
+    /// so that a certificate reload applies to the next handshake without touching open connections.
+    /// </summary>
+    public static ListenOptions UseTernTls(this ListenOptions listenOptions, ActiveConfiguration configuration, TimeSpan handshakeTimeout)
+    {
+        ArgumentNullException.ThrowIfNull(listenOptions);
+        ArgumentNullException.ThrowIfNull(configuration);
+        var protocols = listenOptions.Protocols.HasFlag(HttpProtocols.Http2) ? s_h2AndHttp11 : s_http11;
+
+        // One options object per certificate and listener, built on first use and reused by every
+        // handshake: SslStream copies what it needs, and rebuilding per connection costs allocations.
+        var cache = new ConditionalWeakTable<ServerCertificate, SslServerAuthenticationOptions>();
+        listenOptions.UseHttps(new TlsHandshakeCallbackOptions
+        {
+            HandshakeTimeout = handshakeTimeout,
+            OnConnection = context =>
+            {
+                var certificate = configuration.Current.Certificates.Select(context.ClientHelloInfo.ServerName);
+                return ValueTask.FromResult(cache.GetValue(certificate, c => new SslServerAuthenticationOptions
+                {
+                    ServerCertificateContext = c.StreamContext,
+                    ApplicationProtocols = protocols,
+                    EnabledSslProtocols = SslProtocols.Tls12 | SslProtocols.Tls13,
+                    CertificateRevocationCheckMode = System.Security.Cryptography.X509Certificates.X509RevocationMode.NoCheck,
+                    AllowRenegotiation = false,
+                    ClientCertificateRequired = false,
+                }));
+            },
+        });
+        return listenOptions;
+    }
+}
