@@ -1,0 +1,256 @@
+using System.Diagnostics;
+using System.Net;
+using System.Net.WebSockets;
+using System.Security.Cryptography;
+using System.Text;
+using System.Text.Json.Nodes;
+using Tern.Tests.Infrastructure;
+
+namespace Tern.Tests.Forwarding;
+
+public sealed class ForwardingTests : IAsyncLifetime
+{
+    private TestUpstream _upstream = null!;
+    private TernInstance _tern = null!;
+
+    public static TheoryData<string, int> VersionsAndSizes() => new()
+    {
+        { "1.1", 0 }, { "1.1", 1024 }, { "1.1", 10 * 1024 * 1024 },
+        { "2.0", 0 }, { "2.0", 1024 }, { "2.0", 10 * 1024 * 1024 },
+    };
+
+    public async Task InitializeAsync()
+    {
+        _upstream = await TestUpstream.StartAsync();
+        var config = TernConfig.To(_upstream);
+        config.Route("original-host-off", "app", "/dest-host/{**rest}", new JsonObject
+        {
+            ["Transforms"] = new JsonArray(
+                new JsonObject { ["PathRemovePrefix"] = "/dest-host" },
+                new JsonObject { ["RequestHeaderOriginalHost"] = "false" }),
+        });
+        _tern = await TernInstance.StartAsync(config);
+    }
+
+    public async Task DisposeAsync()
+    {
+        await _tern.DisposeAsync();
+        await _upstream.DisposeAsync();
+    }
+
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task Get_OverTls_UsesRequestedHttpVersion(string version)
+    {
+        using var client = _tern.CreateClient(version: Version.Parse(version));
+
+        using var response = await client.GetAsync(new Uri("/name", UriKind.Relative));
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal(Version.Parse(version), response.Version);
+        Assert.Equal("up", await response.Content.ReadAsStringAsync());
+    }
+
+    [Theory]
+    [MemberData(nameof(VersionsAndSizes))]
+    public async Task Post_Body_ArrivesAndReturnsByteForByte(string version, int size)
+    {
+        using var client = _tern.CreateClient(version: Version.Parse(version));
+        var body = TestUpstream.Pattern(size);
+
+        using var response = await client.PostAsync(new Uri("/echo", UriKind.Relative), new ByteArrayContent(body));
+        var echoed = await response.Content.ReadAsByteArrayAsync();
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal(size, echoed.Length);
+        Assert.Equal(SHA256.HashData(body), SHA256.HashData(echoed));
+    }
+
+    [Theory]
+    [MemberData(nameof(VersionsAndSizes))]
+    public async Task Get_ResponseBody_ArrivesByteForByte(string version, int size)
+    {
+        using var client = _tern.CreateClient(version: Version.Parse(version));
+
+        var received = await client.GetByteArrayAsync(new Uri($"/bytes/{size}", UriKind.Relative));
+
+        Assert.Equal(SHA256.HashData(TestUpstream.Pattern(size)), SHA256.HashData(received));
+    }
+
+    [Fact]
+    public async Task Post_ChunkedUpload_ArrivesChunkedAndWhole()
+    {
+        using var client = _tern.CreateClient();
+        var body = TestUpstream.Pattern(3 * 1024 * 1024 + 17);
+        using var content = new StreamContent(new UnknownLengthStream(body));
+        using var request = new HttpRequestMessage(HttpMethod.Post, new Uri("/echo", UriKind.Relative)) { Content = content };
+        request.Headers.TransferEncodingChunked = true;
+
+        using var response = await client.SendAsync(request);
+        var echoed = await response.Content.ReadAsByteArrayAsync();
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal("true", response.Headers.GetValues("X-Received-Chunked").Single());
+        Assert.Equal(SHA256.HashData(body), SHA256.HashData(echoed));
+    }
+
+    [Fact]
+    public async Task WebSocket_ThroughProxy_Echoes()
+    {
+        using var socket = new ClientWebSocket();
+        socket.Options.RemoteCertificateValidationCallback = (_, _, _, _) => true;
+        await socket.ConnectAsync(new Uri($"wss://localhost:{_tern.Config.HttpsPort}/ws"), CancellationToken.None);
+        var buffer = new byte[256 * 1024];
+
+        foreach (var message in new[] { Encoding.UTF8.GetBytes("hello tern"), TestUpstream.Pattern(100_000) })
+        {
+            await socket.SendAsync(message, WebSocketMessageType.Binary, true, CancellationToken.None);
+            var received = 0;
+            WebSocketReceiveResult result;
+            do
+            {
+                result = await socket.ReceiveAsync(new ArraySegment<byte>(buffer, received, buffer.Length - received), CancellationToken.None);
+                received += result.Count;
+            }
+            while (!result.EndOfMessage);
+
+            Assert.Equal(message, buffer[..received]);
+        }
+
+        await socket.CloseAsync(WebSocketCloseStatus.NormalClosure, "done", CancellationToken.None);
+    }
+
+    [Fact]
+    public async Task Headers_FromUntrustedClient_DescribeRealClientAndKeepOriginalHost()
+    {
+        using var client = _tern.CreateClient(host: "shop.test");
+        using var request = new HttpRequestMessage(HttpMethod.Get, new Uri("/headers", UriKind.Relative));
+        request.Headers.Add("X-Forwarded-For", "6.6.6.6");
+        request.Headers.Add("X-Forwarded-Proto", "gopher");
+        request.Headers.Add("X-Forwarded-Host", "evil.test");
+        request.Headers.Add("Forwarded", "for=6.6.6.6");
+
+        using var response = await client.SendAsync(request);
+        var headers = TestUpstream.ParseHeaders(await response.Content.ReadAsStringAsync());
+
+        Assert.Equal("127.0.0.1", headers["X-Forwarded-For"]);
+        Assert.Equal("https", headers["X-Forwarded-Proto"]);
+        Assert.Equal($"shop.test:{_tern.Config.HttpsPort}", headers["X-Forwarded-Host"]);
+        Assert.Equal($"shop.test:{_tern.Config.HttpsPort}", headers["Host"]);
+        Assert.False(headers.ContainsKey("Forwarded"));
+    }
+
+    [Fact]
+    public async Task Headers_RouteTurnsOriginalHostOff_UpstreamSeesItsOwnHost()
+    {
+        using var client = _tern.CreateClient(host: "shop.test");
+
+        var headers = TestUpstream.ParseHeaders(await client.GetStringAsync(new Uri("/dest-host/headers", UriKind.Relative)));
+
+        Assert.Equal(_upstream.Address.Authority, headers["Host"]);
+        Assert.Equal($"shop.test:{_tern.Config.HttpsPort}", headers["X-Forwarded-Host"]);
+    }
+
+    [Fact]
+    public async Task Headers_FromTrustedProxy_AreAppendedTo()
+    {
+        var config = TernConfig.To(_upstream);
+        config.Tern["Forwarding"] = new JsonObject { ["TrustedProxies"] = new JsonArray("127.0.0.0/8") };
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+        using var request = new HttpRequestMessage(HttpMethod.Get, new Uri("/headers", UriKind.Relative));
+        request.Headers.Add("X-Forwarded-For", "203.0.113.9");
+        request.Headers.Add("X-Forwarded-Proto", "http");
+        request.Headers.Add("X-Forwarded-Host", "www.example.com");
+
+        using var response = await client.SendAsync(request);
+        var headers = TestUpstream.ParseHeaders(await response.Content.ReadAsStringAsync());
+
+        Assert.Equal("203.0.113.9, 127.0.0.1", headers["X-Forwarded-For"]);
+        Assert.Equal("http", headers["X-Forwarded-Proto"]);
+        Assert.Equal("www.example.com", headers["X-Forwarded-Host"]);
+    }
+
+    [Fact]
+    public async Task RoundRobin_TwoUpstreams_ShareRequestsEvenly()
+    {
+        await using var second = await TestUpstream.StartAsync("second");
+        var config = TernConfig.To(_upstream, second);
+        ((JsonObject)config.ReverseProxy["Clusters"]!["app"]!)["LoadBalancingPolicy"] = "RoundRobin";
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        var names = new List<string>();
+        for (var i = 0; i < 10; i++)
+        {
+            names.Add(await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
+        }
+
+        Assert.Equal(5, names.Count(n => n == "up"));
+        Assert.Equal(5, names.Count(n => n == "second"));
+        Assert.All(names.Zip(names.Skip(1)), pair => Assert.NotEqual(pair.First, pair.Second));
+    }
+
+    [Fact]
+    public async Task UpstreamDown_Returns502WithinOneSecondWithReason()
+    {
+        var deadPort = FreePort.Next();
+        var config = new TernConfig().Route("all", "dead", "{**any}").Cluster("dead", [$"http://127.0.0.1:{deadPort}/"]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        var watch = Stopwatch.StartNew();
+        using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
+        watch.Stop();
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        Assert.Equal("502 Bad Gateway: the upstream refused the connection (cluster 'dead')\n", await response.Content.ReadAsStringAsync());
+        Assert.StartsWith("text/plain", response.Content.Headers.ContentType!.ToString(), StringComparison.Ordinal);
+        Assert.True(watch.Elapsed < TimeSpan.FromSeconds(1), $"took {watch.Elapsed}");
+    }
+
+    [Fact]
+    public async Task SlowUpstream_Returns504AfterClusterActivityTimeout()
+    {
+        var config = TernConfig.To(_upstream);
+        ((JsonObject)config.ReverseProxy["Clusters"]!["app"]!)["HttpRequest"] = new JsonObject { ["ActivityTimeout"] = "00:00:01" };
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        var watch = Stopwatch.StartNew();
+        using var response = await client.GetAsync(new Uri("/slow/5000", UriKind.Relative));
+        watch.Stop();
+
+        Assert.Equal(HttpStatusCode.GatewayTimeout, response.StatusCode);
+        Assert.Contains("did not respond in time", await response.Content.ReadAsStringAsync(), StringComparison.Ordinal);
+        Assert.InRange(watch.Elapsed, TimeSpan.FromSeconds(0.9), TimeSpan.FromSeconds(4));
+    }
+
+    [Fact]
+    public async Task NoRouteMatches_Returns404WithReason()
+    {
+        var config = new TernConfig().Route("only", "app", "/only/{**rest}").Cluster("app", [_upstream]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        using var response = await client.GetAsync(new Uri("/elsewhere", UriKind.Relative));
+
+        Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
+        Assert.Contains("no route matches", await response.Content.ReadAsStringAsync(), StringComparison.Ordinal);
+    }
+
+    /// <summary>A stream that hides its length, so HttpClient must send the body chunked.</summary>
+    private sealed class UnknownLengthStream(byte[] data) : MemoryStream(data)
+    {
+        public override bool CanSeek => false;
+
+        public override int Read(byte[] buffer, int offset, int count) => base.Read(buffer, offset, Math.Min(count, 7919));
+
+        public override Task<int> ReadAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) =>
+            base.ReadAsync(buffer, offset, Math.Min(count, 7919), cancellationToken);
+
+        public override ValueTask<int> ReadAsync(Memory<byte> buffer, CancellationToken cancellationToken = default) =>
+            base.ReadAsync(buffer[..Math.Min(buffer.Length, 7919)], cancellationToken);
+    }
+}

@@ -1,0 +1,85 @@
+using System.Text.Json;
+using System.Text.Json.Nodes;
+
+namespace Tern.Tests.Infrastructure;
+
+/// <summary>An appsettings.json for one test's proxy: free ports, test certificates, demo off, quiet logs.</summary>
+public sealed class TernConfig
+{
+    public TernConfig()
+    {
+        Tern = new JsonObject
+        {
+            ["Https"] = new JsonObject { ["Port"] = HttpsPort },
+            ["Http"] = new JsonObject { ["Port"] = HttpPort },
+            ["Management"] = new JsonObject { ["Port"] = ManagementPort },
+            ["Demo"] = new JsonObject { ["Enabled"] = false },
+            ["Shutdown"] = new JsonObject { ["DrainTimeout"] = "00:00:05" },
+        };
+        Certificates(("default", TestPki.Localhost, []));
+        ReverseProxy = new JsonObject { ["Routes"] = new JsonObject(), ["Clusters"] = new JsonObject() };
+    }
+
+    public int HttpsPort { get; } = FreePort.Next();
+
+    public int HttpPort { get; } = FreePort.Next();
+
+    public int ManagementPort { get; } = FreePort.Next();
+
+    public JsonObject Tern { get; }
+
+    public JsonObject ReverseProxy { get; set; }
+
+    /// <summary>A proxy whose catch-all route "all" sends everything to cluster "app" with these upstreams.</summary>
+    public static TernConfig To(params TestUpstream[] upstreams) => new TernConfig().Route("all", "app", "{**catch-all}").Cluster("app", upstreams);
+
+    public TernConfig Route(string id, string cluster, string path, JsonObject? extra = null)
+    {
+        var route = extra ?? new JsonObject();
+        route["ClusterId"] = cluster;
+        route["Match"] = new JsonObject { ["Path"] = path };
+        ((JsonObject)ReverseProxy["Routes"]!)[id] = route;
+        return this;
+    }
+
+    public TernConfig Cluster(string id, TestUpstream[] upstreams, JsonObject? extra = null) =>
+        Cluster(id, upstreams.Select(u => u.Address.ToString()).ToArray(), extra);
+
+    public TernConfig Cluster(string id, string[] addresses, JsonObject? extra = null)
+    {
+        var cluster = extra ?? new JsonObject();
+        var destinations = new JsonObject();
+        for (var i = 0; i < addresses.Length; i++)
+        {
+            destinations[$"d{i + 1}"] = new JsonObject { ["Address"] = addresses[i] };
+        }
+
+        cluster["Destinations"] = destinations;
+        ((JsonObject)ReverseProxy["Clusters"]!)[id] = cluster;
+        return this;
+    }
+
+    public TernConfig Certificates(params (string Name, PemPair Pair, string[] Hosts)[] certificates)
+    {
+        var section = new JsonObject();
+        foreach (var (name, pair, hosts) in certificates)
+        {
+            section[name] = new JsonObject
+            {
+                ["CertificatePath"] = pair.CertificatePath,
+                ["KeyPath"] = pair.KeyPath,
+                ["Hosts"] = new JsonArray(hosts.Select(h => (JsonNode)JsonValue.Create(h)!).ToArray()),
+            };
+        }
+
+        Tern["Tls"] = new JsonObject { ["Certificates"] = section };
+        return this;
+    }
+
+    public string ToJson() => new JsonObject
+    {
+        ["Tern"] = Tern.DeepClone(),
+        ["ReverseProxy"] = ReverseProxy.DeepClone(),
+        ["Logging"] = new JsonObject { ["LogLevel"] = new JsonObject { ["Default"] = "Warning" } },
+    }.ToJsonString(new JsonSerializerOptions { WriteIndented = true });
+}

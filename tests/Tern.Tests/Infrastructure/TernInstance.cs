@@ -1,0 +1,94 @@
+using System.Net;
+using System.Net.Sockets;
+using System.Security.Cryptography.X509Certificates;
+using Tern.Proxy;
+
+namespace Tern.Tests.Infrastructure;
+
+/// <summary>A real Tern (Kestrel + TLS + YARP) started in the test process on loopback ports.</summary>
+public sealed class TernInstance : IAsyncDisposable
+{
+    private readonly WebApplication _app;
+
+    private TernInstance(WebApplication app, TernConfig config, string folder)
+    {
+        _app = app;
+        Config = config;
+        Folder = folder;
+    }
+
+    public TernConfig Config { get; }
+
+    /// <summary>The content root; its config/appsettings.json is the file the proxy watches.</summary>
+    public string Folder { get; }
+
+    public IServiceProvider Services => _app.Services;
+
+    public static async Task<TernInstance> StartAsync(TernConfig config)
+    {
+        var folder = Directory.CreateTempSubdirectory("tern-test-").FullName;
+        Directory.CreateDirectory(Path.Combine(folder, "config"));
+        await File.WriteAllTextAsync(Path.Combine(folder, "config", "appsettings.json"), config.ToJson());
+        var errors = new StringWriter();
+        var app = TernHost.TryBuild(new TernHostOptions { ContentRoot = folder }, errors)
+            ?? throw new InvalidOperationException($"Tern did not build:\n{errors}");
+        await app.StartAsync();
+        return new TernInstance(app, config, folder);
+    }
+
+    /// <summary>Replaces the watched settings file, as an operator editing it would.</summary>
+    public Task RewriteConfigAsync(string json) => File.WriteAllTextAsync(Path.Combine(Folder, "config", "appsettings.json"), json);
+
+    public HttpClient CreateClient(string host = "localhost", Version? version = null, Action<X509Certificate2>? certificateSeen = null) =>
+        CreateClient(Config.HttpsPort, "https", host, version, certificateSeen);
+
+    public HttpClient CreatePlainClient(int port, string host = "localhost") => CreateClient(port, "http", host, null, null);
+
+    /// <summary>
+    /// A client that resolves every host name to 127.0.0.1, so that SNI and Host carry test names
+    /// (a.test) while traffic stays on loopback.
+    /// </summary>
+    public static HttpClient CreateClient(int port, string scheme, string host, Version? version, Action<X509Certificate2>? certificateSeen)
+    {
+        var handler = new SocketsHttpHandler
+        {
+            AllowAutoRedirect = false,
+            UseCookies = false,
+            ConnectCallback = async (context, cancellationToken) =>
+            {
+                var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+                await socket.ConnectAsync(IPAddress.Loopback, context.DnsEndPoint.Port, cancellationToken);
+                return new NetworkStream(socket, ownsSocket: true);
+            },
+        };
+        handler.SslOptions.RemoteCertificateValidationCallback = (_, certificate, _, _) =>
+        {
+            if (certificate is X509Certificate2 received)
+            {
+                certificateSeen?.Invoke(received);
+            }
+
+            return true;
+        };
+        return new HttpClient(handler)
+        {
+            BaseAddress = new Uri($"{scheme}://{host}:{port}/"),
+            DefaultRequestVersion = version ?? HttpVersion.Version11,
+            DefaultVersionPolicy = HttpVersionPolicy.RequestVersionExact,
+            Timeout = TimeSpan.FromSeconds(60),
+        };
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        await _app.StopAsync();
+        await _app.DisposeAsync();
+        try
+        {
+            Directory.Delete(Folder, recursive: true);
+        }
+        catch (IOException)
+        {
+        }
+    }
+}

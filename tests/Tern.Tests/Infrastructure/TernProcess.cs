@@ -1,0 +1,122 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Runtime.InteropServices;
+
+namespace Tern.Tests.Infrastructure;
+
+/// <summary>
+/// The real proxy process (dotnet Tern.Proxy.dll) on the shipped config next to it, configured
+/// only through environment variables, as an operator runs it.
+/// </summary>
+public sealed partial class TernProcess : IAsyncDisposable
+{
+    private readonly Process _process;
+    private readonly ConcurrentQueue<string> _output = new();
+
+    private TernProcess(Process process) => _process = process;
+
+    public string Output => string.Join('\n', _output);
+
+    public int Id => _process.Id;
+
+    public static TernProcess Start(IDictionary<string, string> environment, params string[] args)
+    {
+        var start = new ProcessStartInfo("dotnet")
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+            WorkingDirectory = AppContext.BaseDirectory,
+        };
+        start.ArgumentList.Add(Path.Combine(AppContext.BaseDirectory, "Tern.Proxy.dll"));
+        foreach (var arg in args)
+        {
+            start.ArgumentList.Add(arg);
+        }
+
+        // Only what the test sets: no Tern or YARP settings leak in from the runner's environment.
+        foreach (var key in start.Environment.Keys.Where(k => k.StartsWith("Tern__", StringComparison.OrdinalIgnoreCase) || k.StartsWith("ReverseProxy__", StringComparison.OrdinalIgnoreCase) || k is "TERN_CONFIG" or "DOTNET_ENVIRONMENT" or "ASPNETCORE_ENVIRONMENT").ToList())
+        {
+            start.Environment.Remove(key);
+        }
+
+        start.Environment["Tern__Tls__SelfSignedDirectory"] = Path.Combine(Path.GetTempPath(), "tern-test-selfsigned");
+        foreach (var (key, value) in environment)
+        {
+            start.Environment[key] = value;
+        }
+
+        var process = new TernProcess(Process.Start(start)!);
+        process._process.OutputDataReceived += (_, e) => { if (e.Data is not null) { process._output.Enqueue(e.Data); } };
+        process._process.ErrorDataReceived += (_, e) => { if (e.Data is not null) { process._output.Enqueue(e.Data); } };
+        process._process.BeginOutputReadLine();
+        process._process.BeginErrorReadLine();
+        return process;
+    }
+
+    /// <summary>Waits for the process to exit; returns its exit code, or null if it is still running.</summary>
+    public async Task<int?> WaitForExitAsync(TimeSpan timeout)
+    {
+        using var cts = new CancellationTokenSource(timeout);
+        try
+        {
+            await _process.WaitForExitAsync(cts.Token);
+            _process.WaitForExit(); // drains the redirected output
+            return _process.ExitCode;
+        }
+        catch (OperationCanceledException)
+        {
+            return null;
+        }
+    }
+
+    /// <summary>Waits until /healthz answers on the management port, or fails with the process output.</summary>
+    public async Task WaitUntilServingAsync(int managementPort, TimeSpan? timeout = null)
+    {
+        using var client = new HttpClient { Timeout = TimeSpan.FromSeconds(2) };
+        var deadline = DateTime.UtcNow + (timeout ?? TimeSpan.FromSeconds(30));
+        while (DateTime.UtcNow < deadline)
+        {
+            if (_process.HasExited)
+            {
+                throw new InvalidOperationException($"Tern exited with {_process.ExitCode}:\n{Output}");
+            }
+
+            try
+            {
+                var response = await client.GetAsync(new Uri($"http://127.0.0.1:{managementPort}/healthz"));
+                if (response.IsSuccessStatusCode)
+                {
+                    return;
+                }
+            }
+            catch (HttpRequestException)
+            {
+            }
+            catch (TaskCanceledException)
+            {
+            }
+
+            await Task.Delay(100);
+        }
+
+        throw new TimeoutException($"Tern did not serve /healthz on {managementPort}:\n{Output}");
+    }
+
+    /// <summary>Sends SIGTERM, as Kubernetes does to stop a pod.</summary>
+    public void Terminate() => _ = Kill(_process.Id, 15);
+
+    public async ValueTask DisposeAsync()
+    {
+        if (!_process.HasExited)
+        {
+            _process.Kill(entireProcessTree: true);
+            await _process.WaitForExitAsync();
+        }
+
+        _process.Dispose();
+    }
+
+    [LibraryImport("libc", EntryPoint = "kill")]
+    private static partial int Kill(int pid, int signal);
+}

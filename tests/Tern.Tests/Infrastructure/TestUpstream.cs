@@ -1,0 +1,127 @@
+using System.Net;
+using System.Net.WebSockets;
+using System.Text.Json;
+using Microsoft.AspNetCore.Hosting.Server;
+using Microsoft.AspNetCore.Hosting.Server.Features;
+
+namespace Tern.Tests.Infrastructure;
+
+/// <summary>A real Kestrel app on 127.0.0.1 that the proxy forwards to.</summary>
+public sealed class TestUpstream : IAsyncDisposable
+{
+    private readonly WebApplication _app;
+    private int _requests;
+
+    private TestUpstream(WebApplication app, string name)
+    {
+        _app = app;
+        Name = name;
+    }
+
+    public string Name { get; }
+
+    public Uri Address { get; private set; } = null!;
+
+    public int Requests => Volatile.Read(ref _requests);
+
+    /// <summary>A deterministic byte pattern, so that any corruption or reordering shows.</summary>
+    public static byte[] Pattern(int length)
+    {
+        var bytes = new byte[length];
+        for (var i = 0; i < length; i++)
+        {
+            bytes[i] = (byte)((i * 31) + (i >> 13) + 7);
+        }
+
+        return bytes;
+    }
+
+    public static async Task<TestUpstream> StartAsync(string name = "up")
+    {
+        var builder = WebApplication.CreateSlimBuilder();
+        builder.Logging.ClearProviders();
+        builder.WebHost.UseKestrel(k =>
+        {
+            k.Listen(IPAddress.Loopback, 0);
+            k.Limits.MaxRequestBodySize = null;
+        });
+        var app = builder.Build();
+        var upstream = new TestUpstream(app, name);
+        app.UseWebSockets();
+        app.Use((context, next) =>
+        {
+            Interlocked.Increment(ref upstream._requests);
+            context.Response.Headers["X-Upstream"] = name;
+            return next(context);
+        });
+
+        // Response body = request body, byte for byte; says how the body arrived. The body is read
+        // whole before answering, as applications do: over HTTP/1.1 the forwarder's client sends the
+        // entire request before it reads a response, so a streaming echo would stall on large bodies.
+        app.Map("/echo", async context =>
+        {
+            context.Response.Headers["X-Received-Chunked"] = context.Request.Headers.TransferEncoding.ToString().Contains("chunked", StringComparison.OrdinalIgnoreCase) ? "true" : "false";
+            var received = new MemoryStream();
+            await context.Request.Body.CopyToAsync(received, context.RequestAborted);
+            context.Response.ContentLength = received.Length;
+            await context.Response.Body.WriteAsync(received.GetBuffer().AsMemory(0, (int)received.Length), context.RequestAborted);
+        });
+        app.MapGet("/bytes/{length:int}", (int length) => Results.Bytes(Pattern(length), "application/octet-stream"));
+        app.MapGet("/headers", (HttpContext context) => Results.Json(context.Request.Headers.ToDictionary(h => h.Key, h => h.Value.ToString())));
+        app.MapGet("/name", () => name);
+        app.MapGet("/slow/{milliseconds:int}", async (int milliseconds, HttpContext context) =>
+        {
+            await Task.Delay(milliseconds, context.RequestAborted);
+            return "slow done";
+        });
+
+        // A long download: count chunks of 64 KB, one every delay milliseconds.
+        app.MapGet("/stream/{count:int}/{delay:int}", async (int count, int delay, HttpContext context) =>
+        {
+            var chunk = Pattern(64 * 1024);
+            context.Response.ContentLength = (long)count * chunk.Length;
+            for (var i = 0; i < count; i++)
+            {
+                await context.Response.Body.WriteAsync(chunk, context.RequestAborted);
+                await context.Response.Body.FlushAsync(context.RequestAborted);
+                await Task.Delay(delay, context.RequestAborted);
+            }
+        });
+        app.Map("/ws", async context =>
+        {
+            if (!context.WebSockets.IsWebSocketRequest)
+            {
+                context.Response.StatusCode = 400;
+                return;
+            }
+
+            using var socket = await context.WebSockets.AcceptWebSocketAsync();
+            var buffer = new byte[64 * 1024];
+            while (true)
+            {
+                var result = await socket.ReceiveAsync(buffer, context.RequestAborted);
+                if (result.MessageType == WebSocketMessageType.Close)
+                {
+                    await socket.CloseAsync(WebSocketCloseStatus.NormalClosure, "bye", context.RequestAborted);
+                    return;
+                }
+
+                await socket.SendAsync(buffer.AsMemory(0, result.Count), result.MessageType, result.EndOfMessage, context.RequestAborted);
+            }
+        });
+
+        await app.StartAsync();
+        var address = app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.Single();
+        upstream.Address = new Uri(address.Replace("[::]", "127.0.0.1", StringComparison.Ordinal) + "/");
+        return upstream;
+    }
+
+    public static Dictionary<string, string> ParseHeaders(string json) =>
+        JsonSerializer.Deserialize<Dictionary<string, string>>(json)!.ToDictionary(p => p.Key, p => p.Value, StringComparer.OrdinalIgnoreCase);
+
+    public async ValueTask DisposeAsync()
+    {
+        await _app.StopAsync();
+        await _app.DisposeAsync();
+    }
+}
