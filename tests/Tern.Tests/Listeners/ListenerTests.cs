@@ -1,0 +1,123 @@
+using System.Net;
+using System.Text.Json.Nodes;
+using Tern.Tests.Infrastructure;
+
+namespace Tern.Tests.Listeners;
+
+public sealed class ListenerTests : IAsyncLifetime
+{
+    private TestUpstream _upstream = null!;
+    private TernInstance _tern = null!;
+
+    public async Task InitializeAsync()
+    {
+        _upstream = await TestUpstream.StartAsync();
+        var config = TernConfig.To(_upstream);
+        config.Route("plain", "app", "/plain/{**rest}", new JsonObject
+        {
+            ["Metadata"] = new JsonObject { ["Tern.AllowPlainHttp"] = "true" },
+            ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/plain" }),
+        });
+        _tern = await TernInstance.StartAsync(config);
+    }
+
+    public async Task DisposeAsync()
+    {
+        await _tern.DisposeAsync();
+        await _upstream.DisposeAsync();
+    }
+
+    [Fact]
+    public async Task Http_RouteWithoutPlainHttp_RedirectsToHttpsKeepingPathAndQuery()
+    {
+        using var client = _tern.CreatePlainClient(_tern.Config.HttpPort, host: "shop.test");
+
+        using var response = await client.PostAsync(new Uri("/cart/items?id=7", UriKind.Relative), new StringContent("x"));
+
+        Assert.Equal(HttpStatusCode.PermanentRedirect, response.StatusCode);
+        Assert.Equal(new Uri($"https://shop.test:{_tern.Config.HttpsPort}/cart/items?id=7"), response.Headers.Location);
+        Assert.Equal(0, _upstream.Requests);
+    }
+
+    [Fact]
+    public async Task Http_RouteAllowsPlainHttp_IsForwarded()
+    {
+        using var client = _tern.CreatePlainClient(_tern.Config.HttpPort);
+
+        using var response = await client.GetAsync(new Uri("/plain/name", UriKind.Relative));
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal("up", await response.Content.ReadAsStringAsync());
+    }
+
+    [Fact]
+    public async Task Http_RedirectHttpsPort443_LeavesPortOut()
+    {
+        var config = TernConfig.To(_upstream);
+        config.Tern["Http"]!["RedirectHttpsPort"] = 443;
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreatePlainClient(config.HttpPort, host: "shop.test");
+
+        using var response = await client.GetAsync(new Uri("/x", UriKind.Relative));
+
+        Assert.Equal(new Uri("https://shop.test/x"), response.Headers.Location);
+    }
+
+    [Theory]
+    [InlineData("/healthz", HttpStatusCode.OK, "ok\n")]
+    [InlineData("/readyz", HttpStatusCode.OK, "ready\n")]
+    [InlineData("/metricz", HttpStatusCode.NotFound, "not found: the management port serves /healthz and /readyz\n")]
+    public async Task Management_Endpoints_AnswerOnManagementPort(string path, HttpStatusCode status, string body)
+    {
+        using var client = _tern.CreatePlainClient(_tern.Config.ManagementPort);
+
+        using var response = await client.GetAsync(new Uri(path, UriKind.Relative));
+
+        Assert.Equal(status, response.StatusCode);
+        Assert.Equal(body, await response.Content.ReadAsStringAsync());
+    }
+
+    [Theory]
+    [InlineData("/healthz")]
+    [InlineData("/readyz")]
+    public async Task Management_Endpoints_NeverAnswerOnPublicListener(string path)
+    {
+        using var client = _tern.CreateClient();
+        using var request = new HttpRequestMessage(HttpMethod.Get, new Uri(path, UriKind.Relative));
+        request.Headers.Host = $"localhost:{_tern.Config.ManagementPort}";
+
+        using var response = await client.SendAsync(request);
+
+        // Forwarded to the app like any other path (the test upstream has no such endpoint).
+        Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
+        Assert.Equal("up", response.Headers.GetValues("X-Upstream").Single());
+    }
+
+    [Fact]
+    public async Task Readyz_ClusterWithEveryDestinationDown_IsNotReady()
+    {
+        var dead = FreePort.Next();
+        var config = TernConfig.To(_upstream).Route("dead", "dead", "/dead/{**rest}").Cluster("dead", [$"http://127.0.0.1:{dead}/"], new JsonObject
+        {
+            ["HealthCheck"] = new JsonObject
+            {
+                ["Active"] = new JsonObject { ["Enabled"] = true, ["Interval"] = "00:00:00.200", ["Timeout"] = "00:00:00.500", ["Path"] = "/" },
+            },
+        });
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreatePlainClient(config.ManagementPort);
+
+        // Active health checks mark the destination down after a few failed probes.
+        HttpResponseMessage response = null!;
+        var body = "";
+        for (var i = 0; i < 50 && !body.StartsWith("not ready", StringComparison.Ordinal); i++)
+        {
+            await Task.Delay(100);
+            response = await client.GetAsync(new Uri("/readyz", UriKind.Relative));
+            body = await response.Content.ReadAsStringAsync();
+        }
+
+        Assert.Equal(HttpStatusCode.ServiceUnavailable, response.StatusCode);
+        Assert.Equal("not ready: cluster 'dead' has no destination that is up\n", body);
+    }
+}
