@@ -1,0 +1,175 @@
+using System.Net;
+using System.Net.Sockets;
+using System.Text.Json;
+using Tern.Tests.Infrastructure;
+
+namespace Tern.Tests.Lifecycle;
+
+/// <summary>The real proxy process, on the shipped config, configured only through the environment.</summary>
+public sealed class ProcessTests
+{
+    public static TheoryData<string, string, string> InvalidConfigurations() => new()
+    {
+        { "unknown cluster", "ReverseProxy__Routes__default__ClusterId=nope", "error: ReverseProxy:Routes:default:ClusterId: cluster 'nope' is not defined under ReverseProxy:Clusters" },
+        { "destination not a URL", "ReverseProxy__Clusters__app__Destinations__d1__Address=ftp://10.0.0.5/", "error: ReverseProxy:Clusters:app:Destinations:d1:Address: 'ftp://10.0.0.5/' is not an absolute http:// or https:// URL" },
+        { "relative destination", "ReverseProxy__Clusters__app__Destinations__d1__Address=/app", "error: ReverseProxy:Clusters:app:Destinations:d1:Address: '/app' is not an absolute http:// or https:// URL" },
+        { "unreadable certificate", $"Tern__Tls__Certificates__main__CertificatePath=/nonexistent/tls.crt|Tern__Tls__Certificates__main__KeyPath={TestPki.ATest.KeyPath}", "error: Tern:Tls:Certificates:main:CertificatePath: cannot read '/nonexistent/tls.crt'" },
+        { "unreadable key", $"Tern__Tls__Certificates__main__CertificatePath={TestPki.ATest.CertificatePath}|Tern__Tls__Certificates__main__KeyPath=/nonexistent/tls.key", "error: Tern:Tls:Certificates:main:KeyPath: cannot read '/nonexistent/tls.key'" },
+        { "key of another certificate", $"Tern__Tls__Certificates__main__CertificatePath={TestPki.ATest.CertificatePath}|Tern__Tls__Certificates__main__KeyPath={TestPki.BTest.KeyPath}", $"error: Tern:Tls:Certificates:main:KeyPath: the key in '{TestPki.BTest.KeyPath}' does not match the certificate in '{TestPki.ATest.CertificatePath}'" },
+        { "port out of range", "Tern__Https__Port=70000", "error: Tern:Https:Port: '70000' is not a port number (1-65535)" },
+        { "port not a number", "Tern__Management__Port=nine", "error: Tern:Management:Port: 'nine' is not a port number (1-65535)" },
+        { "bad duration", "Tern__Shutdown__DrainTimeout=soon", "error: Tern:Shutdown:DrainTimeout: 'soon' is not a positive duration" },
+        { "unknown engine", "Tern__Tls__Engine=BoringSsl", "error: Tern:Tls:Engine: 'BoringSsl' is not a TLS engine" },
+    };
+
+    [Theory]
+    [MemberData(nameof(InvalidConfigurations))]
+    public async Task InvalidConfiguration_ExitsNonZeroNamingTheKey(string name, string settings, string expectedLine)
+    {
+        var environment = FreePorts();
+        foreach (var setting in settings.Split('|'))
+        {
+            var (key, value) = (setting[..setting.IndexOf('=', StringComparison.Ordinal)], setting[(setting.IndexOf('=', StringComparison.Ordinal) + 1)..]);
+            environment[key] = value;
+        }
+
+        await using var tern = TernProcess.Start(environment);
+        var exit = await tern.WaitForExitAsync(TimeSpan.FromSeconds(30));
+
+        Assert.True(exit is not null and not 0, $"{name}: exit {exit}\n{tern.Output}");
+        Assert.Contains(tern.Output.Split('\n'), line => line.StartsWith(expectedLine, StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task InvalidConfiguration_EveryProblemGetsOneLine()
+    {
+        var environment = FreePorts();
+        environment["Tern__Http__Port"] = "0";
+        environment["ReverseProxy__Routes__default__ClusterId"] = "nope";
+
+        await using var tern = TernProcess.Start(environment);
+        var exit = await tern.WaitForExitAsync(TimeSpan.FromSeconds(30));
+
+        Assert.Equal(1, exit);
+        var errors = tern.Output.Split('\n').Where(l => l.StartsWith("error: ", StringComparison.Ordinal)).ToList();
+        Assert.Equal(2, errors.Count);
+        Assert.Contains(errors, l => l.StartsWith("error: Tern:Http:Port: '0'", StringComparison.Ordinal));
+        Assert.Contains(errors, l => l.StartsWith("error: ReverseProxy:Routes:default:ClusterId:", StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task PortInUse_ExitsNonZeroNamingTheKey()
+    {
+        using var squatter = new TcpListener(IPAddress.Loopback, 0);
+        squatter.Start();
+        var port = ((IPEndPoint)squatter.LocalEndpoint).Port;
+        var environment = FreePorts();
+        environment["Tern__Management__Port"] = port.ToString(System.Globalization.CultureInfo.InvariantCulture);
+
+        await using var tern = TernProcess.Start(environment);
+        var exit = await tern.WaitForExitAsync(TimeSpan.FromSeconds(30));
+
+        Assert.Equal(1, exit);
+        Assert.Contains($"error: Tern:Management:Port: port {port} is already in use by another process", tern.Output, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task EnvironmentVariables_OverrideShippedRoutesAndPorts()
+    {
+        await using var app = await TestUpstream.StartAsync("app");
+        await using var other = await TestUpstream.StartAsync("other");
+        var environment = FreePorts();
+        environment["Tern__Demo__Enabled"] = "false";
+        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = app.Address.ToString();
+        environment["ReverseProxy__Routes__extra__ClusterId"] = "other";
+        environment["ReverseProxy__Routes__extra__Match__Path"] = "/extra/{**rest}";
+        environment["ReverseProxy__Routes__extra__Transforms__0__PathRemovePrefix"] = "/extra";
+        environment["ReverseProxy__Clusters__other__Destinations__d1__Address"] = other.Address.ToString();
+
+        await using var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
+        using var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+
+        Assert.Equal("app", await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
+        Assert.Equal("other", await client.GetStringAsync(new Uri("/extra/name", UriKind.Relative)));
+    }
+
+    [Fact]
+    public async Task Sigterm_FinishesInFlightRequestThenExitsZero()
+    {
+        await using var app = await TestUpstream.StartAsync("app");
+        var environment = FreePorts();
+        environment["Tern__Demo__Enabled"] = "false";
+        environment["Tern__Shutdown__DrainTimeout"] = "00:00:20";
+        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = app.Address.ToString();
+        var httpsPort = int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture);
+
+        await using var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
+        using var client = TernInstance.CreateClient(httpsPort, "https", "localhost", null, null);
+        var inFlight = client.GetAsync(new Uri("/slow/2000", UriKind.Relative));
+        await Task.Delay(500);
+
+        tern.Terminate();
+        await Task.Delay(300);
+        using var late = new Socket(SocketType.Stream, ProtocolType.Tcp);
+        var refused = await Assert.ThrowsAsync<SocketException>(() => late.ConnectAsync(IPAddress.Loopback, httpsPort));
+
+        using var response = await inFlight;
+        Assert.Equal(SocketError.ConnectionRefused, refused.SocketErrorCode);
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal("slow done", await response.Content.ReadAsStringAsync());
+        Assert.Equal(0, await tern.WaitForExitAsync(TimeSpan.FromSeconds(20)));
+        Assert.Contains("draining in-flight requests for up to 00:00:20", tern.Output, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task ClientGoneBeforeResponse_IsLoggedAs499()
+    {
+        await using var app = await TestUpstream.StartAsync("app");
+        var environment = FreePorts();
+        environment["Tern__Demo__Enabled"] = "false";
+        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = app.Address.ToString();
+        await using var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
+        using var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+
+        using var gone = new CancellationTokenSource(TimeSpan.FromMilliseconds(300));
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(() => client.GetAsync(new Uri("/slow/3000", UriKind.Relative), gone.Token));
+
+        for (var i = 0; i < 50 && !tern.Output.Contains("returned 499", StringComparison.Ordinal); i++)
+        {
+            await Task.Delay(100);
+        }
+
+        Assert.Contains("GET /slow/3000 returned 499: the client closed the connection before the response", tern.Output, StringComparison.Ordinal);
+        Assert.DoesNotContain("returned 502", tern.Output, StringComparison.Ordinal);
+    }
+
+    /// <summary>The README's run command: shipped config, default ports, the embedded demo upstream.</summary>
+    [Fact]
+    public async Task ShippedDefaults_DemoAnswersThroughTlsAndYarp()
+    {
+        await using var tern = TernProcess.Start(new Dictionary<string, string>());
+        await tern.WaitUntilServingAsync(9090);
+
+        var (exit, output) = await Tool.RunAsync("curl", ["-sS", "-k", "https://localhost:8443/anything?x=1", "-d", "hello"]);
+
+        Assert.Equal(0, exit);
+        using var echo = JsonDocument.Parse(output);
+        Assert.Equal("tern-demo", echo.RootElement.GetProperty("server").GetString());
+        Assert.Equal("POST", echo.RootElement.GetProperty("method").GetString());
+        Assert.Equal("/anything", echo.RootElement.GetProperty("path").GetString());
+        Assert.Equal("hello", echo.RootElement.GetProperty("body").GetString());
+        Assert.Equal("https", echo.RootElement.GetProperty("headers").GetProperty("X-Forwarded-Proto").GetString());
+        Assert.Contains("serving a self-signed certificate for localhost", tern.Output, StringComparison.Ordinal);
+    }
+
+    private static Dictionary<string, string> FreePorts() => new()
+    {
+        ["Tern__Https__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+        ["Tern__Http__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+        ["Tern__Management__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+        ["Tern__Demo__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+    };
+}
