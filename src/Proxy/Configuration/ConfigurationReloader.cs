@@ -2,11 +2,12 @@ using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Primitives;
+using Tern.Proxy.Tls;
 
 namespace Tern.Proxy.Configuration;
 
 /// <summary>
-/// Re-checks the whole configuration when a source changes. A valid change is applied at once
+/// Re-checks the whole configuration when a source or a certificate file changes. A valid change is applied at once
 /// (routes, clusters, certificates) without touching open connections; an invalid one is logged
 /// problem by problem and the last good configuration stays in force.
 /// </summary>
@@ -20,19 +21,19 @@ internal sealed class ConfigurationReloader(
     private static readonly TimeSpan s_settle = TimeSpan.FromMilliseconds(250);
     private readonly Lock _lock = new();
     private IDisposable? _subscription;
+    private CertificateFileWatch? _certificates;
     private Timer? _timer;
 
     public Task StartAsync(CancellationToken cancellationToken)
     {
         _timer = new Timer(_ => Apply(), null, Timeout.Infinite, Timeout.Infinite);
-        _subscription = ChangeToken.OnChange(live.GetReloadToken, () => _timer.Change(s_settle, Timeout.InfiniteTimeSpan));
+        _subscription = ChangeToken.OnChange(WatchAll, () => _timer.Change(s_settle, Timeout.InfiniteTimeSpan));
         return Task.CompletedTask;
     }
 
     public Task StopAsync(CancellationToken cancellationToken)
     {
-        _subscription?.Dispose();
-        _timer?.Change(Timeout.Infinite, Timeout.Infinite);
+        Dispose();
         return Task.CompletedTask;
     }
 
@@ -40,6 +41,22 @@ internal sealed class ConfigurationReloader(
     {
         _subscription?.Dispose();
         _timer?.Dispose();
+        lock (_lock)
+        {
+            _certificates?.Dispose();
+            _certificates = null;
+        }
+    }
+
+    /// <summary>Configuration sources and the certificate files in force: any change triggers a re-check.</summary>
+    private CompositeChangeToken WatchAll()
+    {
+        lock (_lock)
+        {
+            _certificates?.Dispose();
+            _certificates = new CertificateFileWatch(active.Current.Settings);
+            return new CompositeChangeToken([live.GetReloadToken(), _certificates.Token]);
+        }
     }
 
     internal void Apply()

@@ -105,6 +105,29 @@ public sealed class ReloadTests : IAsyncLifetime
         Assert.Null(kept);
     }
 
+    [Fact]
+    public async Task Reload_CertificateFilesRenewedInPlace_NewHandshakesGetRenewedCertificate()
+    {
+        var folder = Directory.CreateTempSubdirectory("tern-renew-").FullName;
+        var original = TestPki.Create("site", ["localhost"], folder);
+        var config = new TernConfig().Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", original, []));
+        await using var tern = await TernInstance.StartAsync(config);
+
+        // Same paths, new content: what cert-manager or a Secret rotation does.
+        var renewed = TestPki.Create("site", ["localhost"], folder);
+
+        string? seen = null;
+        for (var i = 0; i < 100 && seen != renewed.Thumbprint; i++)
+        {
+            await Task.Delay(100);
+            using var client = tern.CreateClient(certificateSeen: c => seen = c.Thumbprint);
+            await client.GetStringAsync(new Uri("/name", UriKind.Relative));
+        }
+
+        Assert.NotEqual(original.Thumbprint, renewed.Thumbprint);
+        Assert.Equal(renewed.Thumbprint, seen);
+    }
+
     private static System.Text.Json.Nodes.JsonObject PrefixRemoved(string prefix) => new()
     {
         ["Transforms"] = new System.Text.Json.Nodes.JsonArray(new System.Text.Json.Nodes.JsonObject { ["PathRemovePrefix"] = prefix }),
