@@ -1,4 +1,4 @@
-#include "tern_tls.h"
+#include "pal_internal.h"
 
 #include <openssl/crypto.h>
 #include <string.h>
@@ -15,15 +15,12 @@ int64_t TernTls_OpenSslVersionNumber(void)
 
 int32_t TernTls_OpenSslVersionText(char* buffer, int32_t capacity)
 {
-    if (buffer == NULL || capacity < 1)
+    const char* text = OpenSSL_version(OPENSSL_VERSION);
+    size_t length = strlen(text);
+    if (TernCopyText(text, length, buffer, capacity) < 0)
     {
         return -1;
     }
 
-    const char* text = OpenSSL_version(OPENSSL_VERSION);
-    size_t length = strlen(text);
-    size_t copied = length < (size_t)capacity - 1 ? length : (size_t)capacity - 1;
-    memcpy(buffer, text, copied);
-    buffer[copied] = '\0';
     return length > INT32_MAX ? INT32_MAX : (int32_t)length;
 }
