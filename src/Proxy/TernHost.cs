@@ -11,6 +11,7 @@ using Tern.Proxy.Forwarding;
 using Tern.Proxy.Listeners;
 using Tern.Proxy.Management;
 using Tern.Proxy.Tls;
+using Tern.Proxy.Tls.OpenSsl;
 using Yarp.ReverseProxy.Forwarder;
 
 namespace Tern.Proxy;
@@ -70,18 +71,37 @@ public static class TernHost
     {
         ArgumentNullException.ThrowIfNull(options);
         ArgumentNullException.ThrowIfNull(errors);
-        var builder = WebApplication.CreateBuilder(new WebApplicationOptions
+        // The empty builder: no default appsettings sources (with file watchers) to replace, only
+        // what Tern uses is added below.
+        var builder = WebApplication.CreateEmptyBuilder(new WebApplicationOptions
         {
             Args = [.. options.Args],
             ContentRootPath = options.ContentRoot,
+            EnvironmentName = Environment.GetEnvironmentVariable("DOTNET_ENVIRONMENT") ?? Environment.GetEnvironmentVariable("ASPNETCORE_ENVIRONMENT"),
         });
         AddConfigurationSources(builder.Configuration, builder.Environment.EnvironmentName, options);
+        builder.Logging.AddConfiguration(builder.Configuration.GetSection("Logging"));
+        builder.Logging.AddConsole();
+        builder.Services.AddRouting();
+        builder.Services.AddMetrics();
+        builder.WebHost.UseKestrelCore();
 
         var snapshot = ConfigurationSnapshot.TryLoad(builder.Configuration, out var found);
         var problems = found.ToList();
         if (snapshot is not null && checkPorts)
         {
             problems.AddRange(ListenerPorts.FindBusy(snapshot.Settings));
+        }
+
+        var openSsl = new OpenSslEngine();
+        if (snapshot is not null && problems.Count == 0 && snapshot.Settings.TlsEngine == TlsEngines.OpenSsl)
+        {
+            var unavailable = OpenSslEngine.Probe();
+            var problem = unavailable is null ? PrepareOpenSsl(openSsl, snapshot) : new ConfigurationProblem("Tern:Tls:Engine", $"{TlsEngines.OpenSsl}: {unavailable}");
+            if (problem is not null)
+            {
+                problems.Add(problem);
+            }
         }
 
         if (snapshot is null || problems.Count > 0)
@@ -95,7 +115,21 @@ public static class TernHost
             return null;
         }
 
-        return Build(builder, snapshot, errors);
+        return Build(builder, snapshot, openSsl, errors);
+    }
+
+    /// <summary>Builds the OpenSSL contexts for snapshot; returns the problem if OpenSSL rejects a certificate.</summary>
+    internal static ConfigurationProblem? PrepareOpenSsl(OpenSslEngine engine, ConfigurationSnapshot snapshot)
+    {
+        try
+        {
+            engine.ServerFor(snapshot);
+            return null;
+        }
+        catch (OpenSslException ex)
+        {
+            return new ConfigurationProblem("Tern:Tls:Certificates", ex.Message);
+        }
     }
 
     /// <summary>
@@ -119,7 +153,7 @@ public static class TernHost
         configuration.AddCommandLine([.. options.Args]);
     }
 
-    private static WebApplication? Build(WebApplicationBuilder builder, ConfigurationSnapshot snapshot, TextWriter errors)
+    private static WebApplication? Build(WebApplicationBuilder builder, ConfigurationSnapshot snapshot, OpenSslEngine openSsl, TextWriter errors)
     {
         var settings = snapshot.Settings;
         var active = new ActiveConfiguration(snapshot);
@@ -128,6 +162,8 @@ public static class TernHost
 
         builder.Services.AddSingleton(active);
         builder.Services.AddSingleton(gate);
+        builder.Services.AddSingleton(openSsl);
+        builder.Services.AddSingleton<TlsMetrics>();
         builder.Services.AddHostedService<ConfigurationReloader>();
         builder.Services.Configure<HostOptions>(o => o.ShutdownTimeout = settings.DrainTimeout);
         builder.Services.AddReverseProxy()
@@ -141,7 +177,7 @@ public static class TernHost
             kestrel.ListenAnyIP(settings.HttpsPort, listen =>
             {
                 listen.Protocols = HttpProtocols.Http1AndHttp2;
-                listen.UseTernTls(active, settings.HandshakeTimeout);
+                listen.UseTernTls();
             });
             kestrel.ListenAnyIP(settings.HttpPort, listen => listen.Protocols = HttpProtocols.Http1);
             kestrel.ListenAnyIP(settings.ManagementPort, listen => listen.Protocols = HttpProtocols.Http1);

@@ -17,8 +17,8 @@ internal static partial class TernLog
     [LoggerMessage(102, LogLevel.Information, "Configuration reloaded: routes, clusters and {Certificates} certificate(s) in force")]
     public static partial void Reloaded(ILogger logger, int certificates);
 
-    [LoggerMessage(103, LogLevel.Warning, "{Key} changed to {Port}; listeners are bound at start, restart Tern to apply it")]
-    public static partial void RestartNeeded(ILogger logger, string key, int port);
+    [LoggerMessage(103, LogLevel.Warning, "{Key} changed to {Value}; it is applied at start, restart Tern to apply it")]
+    public static partial void RestartNeeded(ILogger logger, string key, string value);
 
     [LoggerMessage(104, LogLevel.Warning, "{Key} is not a Tern setting and is ignored (misspelt?)")]
     public static partial void UnknownSetting(ILogger logger, string key);
@@ -31,6 +31,9 @@ internal static partial class TernLog
 
     [LoggerMessage(202, LogLevel.Warning, "Certificate '{Name}' ({Subject}) expired on {NotAfter:u}")]
     public static partial void CertificateExpired(ILogger logger, string name, string subject, DateTime notAfter);
+
+    [LoggerMessage(203, LogLevel.Debug, "TLS handshake failed on connection {ConnectionId} from {Remote}: {Reason}")]
+    public static partial void HandshakeFailed(ILogger logger, string connectionId, string remote, string reason);
 
     [LoggerMessage(300, LogLevel.Information, "{Method} {Path} returned 499: the client closed the connection before the response (route {Route})")]
     public static partial void ClientClosedRequest(ILogger logger, string method, string path, string route);

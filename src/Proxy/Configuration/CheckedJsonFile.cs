@@ -40,6 +40,16 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
         /// <summary>Why the file's content is not in force, or null when it is.</summary>
         public string? Error => !File.Optional && !System.IO.File.Exists(File.FullPath) ? "the file does not exist" : _parseError;
 
+        protected override void Dispose(bool disposing)
+        {
+            base.Dispose(disposing);
+            if (disposing)
+            {
+                // The file provider (and its inotify watcher) belongs to this file alone.
+                (File.FileProvider as IDisposable)?.Dispose();
+            }
+        }
+
         public override void Load(Stream stream)
         {
             try

@@ -3,6 +3,7 @@ using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Primitives;
 using Tern.Proxy.Tls;
+using Tern.Proxy.Tls.OpenSsl;
 
 namespace Tern.Proxy.Configuration;
 
@@ -15,6 +16,7 @@ internal sealed class ConfigurationReloader(
     IConfiguration live,
     ActiveConfiguration active,
     ProxyConfigurationGate gate,
+    OpenSslEngine openSsl,
     ILogger<ConfigurationReloader> logger) : IHostedService, IDisposable
 {
     // Editors and ConfigMap updates fire several change events per save; settle first.
@@ -64,6 +66,17 @@ internal sealed class ConfigurationReloader(
         lock (_lock)
         {
             var snapshot = ConfigurationSnapshot.TryLoad(live, out var problems);
+            if (snapshot is not null && active.Current.Settings.TlsEngine == TlsEngines.OpenSsl)
+            {
+                // Build the native contexts now: a certificate OpenSSL rejects must fail the reload.
+                var problem = TernHost.PrepareOpenSsl(openSsl, snapshot);
+                if (problem is not null)
+                {
+                    problems = [problem];
+                    snapshot = null;
+                }
+            }
+
             if (snapshot is null)
             {
                 foreach (var problem in problems)
@@ -78,7 +91,12 @@ internal sealed class ConfigurationReloader(
             var previous = active.Current.Settings;
             foreach (var (key, port) in snapshot.Settings.ListenerPorts().Except(previous.ListenerPorts()))
             {
-                TernLog.RestartNeeded(logger, key, port);
+                TernLog.RestartNeeded(logger, key, port.ToString(System.Globalization.CultureInfo.InvariantCulture));
+            }
+
+            if (snapshot.Settings.TlsEngine != previous.TlsEngine)
+            {
+                TernLog.RestartNeeded(logger, "Tern:Tls:Engine", snapshot.Settings.TlsEngine);
             }
 
             foreach (var key in snapshot.UnknownKeys)

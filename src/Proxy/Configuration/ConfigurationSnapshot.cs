@@ -14,6 +14,12 @@ public sealed record ConfigurationSnapshot(
     IReadOnlyList<KeyValuePair<string, string?>> ReverseProxy,
     IReadOnlyList<string> UnknownKeys)
 {
+    /// <summary>Session ticket keys from Tern:Tls:SessionTicketKeys (empty: per-process random keys).</summary>
+    public ReadOnlyMemory<byte> SessionTicketKeys { get; init; }
+
+    /// <summary>Size of one session ticket key: 16 bytes name, 32 AES-256 key, 32 HMAC-SHA256 key.</summary>
+    public const int SessionTicketKeySize = 80;
+
     /// <summary>Reads and checks everything; on failure returns null and every problem found.</summary>
     internal static ConfigurationSnapshot? TryLoad(IConfiguration configuration, out IReadOnlyList<ConfigurationProblem> problems)
     {
@@ -24,6 +30,7 @@ public sealed record ConfigurationSnapshot(
 
         var selfSigned = settings.Certificates.Count == 0;
         var certificates = LoadCertificates(settings, selfSigned, reader.Problems);
+        var ticketKeys = LoadTicketKeys(settings.SessionTicketKeysPath, reader.Problems);
 
         problems = reader.Problems;
         if (problems.Count > 0 || certificates is null)
@@ -34,7 +41,36 @@ public sealed record ConfigurationSnapshot(
         var reverseProxy = configuration.GetSection(ReverseProxyValidator.Section).AsEnumerable()
             .Where(pair => pair.Value is not null)
             .ToList();
-        return new ConfigurationSnapshot(settings, certificates, selfSigned, reverseProxy, reader.UnreadKeys(TernSettings.Section).ToList());
+        return new ConfigurationSnapshot(settings, certificates, selfSigned, reverseProxy, reader.UnreadKeys(TernSettings.Section).ToList())
+        {
+            SessionTicketKeys = ticketKeys,
+        };
+    }
+
+    private static byte[] LoadTicketKeys(string? path, List<ConfigurationProblem> problems)
+    {
+        const string key = "Tern:Tls:SessionTicketKeys";
+        if (path is null)
+        {
+            return [];
+        }
+
+        try
+        {
+            var keys = File.ReadAllBytes(path);
+            if (keys.Length == 0 || keys.Length % SessionTicketKeySize != 0)
+            {
+                problems.Add(new(key, $"'{path}' holds {keys.Length} bytes; it must hold one or more {SessionTicketKeySize}-byte keys (e.g. `openssl rand 80 > ticket.key`), the first one encrypting new tickets"));
+                return [];
+            }
+
+            return keys;
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
+        {
+            problems.Add(new(key, $"cannot read '{path}': {ex.Message}"));
+            return [];
+        }
     }
 
     private static CertificateSet? LoadCertificates(TernSettings settings, bool selfSigned, List<ConfigurationProblem> problems)

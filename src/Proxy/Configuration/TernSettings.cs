@@ -25,6 +25,9 @@ public sealed record TernSettings
 
     public string SelfSignedDirectory { get; init; } = DefaultSelfSignedDirectory;
 
+    /// <summary>A file of 80-byte session ticket keys shared by replicas (OpenSSL engine); null for per-process random keys.</summary>
+    public string? SessionTicketKeysPath { get; init; }
+
     public IReadOnlyList<IPNetwork> TrustedProxies { get; init; } = [];
 
     public TimeSpan ConnectTimeout { get; init; } = TimeSpan.FromSeconds(1);
@@ -53,6 +56,7 @@ public sealed record TernSettings
             HandshakeTimeout = reader.Duration("Tern:Tls:HandshakeTimeout", defaults.HandshakeTimeout),
             Certificates = ReadCertificates(reader),
             SelfSignedDirectory = reader.String("Tern:Tls:SelfSignedDirectory") ?? defaults.SelfSignedDirectory,
+            SessionTicketKeysPath = reader.String("Tern:Tls:SessionTicketKeys"),
             TrustedProxies = ReadNetworks(reader, "Tern:Forwarding:TrustedProxies"),
             ConnectTimeout = reader.Duration("Tern:Forwarding:ConnectTimeout", defaults.ConnectTimeout),
             DrainTimeout = reader.Duration("Tern:Shutdown:DrainTimeout", defaults.DrainTimeout),
@@ -97,14 +101,15 @@ public sealed record TernSettings
             return TlsEngines.SslStream;
         }
 
-        if (string.Equals(text, TlsEngines.SslStream, StringComparison.OrdinalIgnoreCase))
+        foreach (var engine in new[] { TlsEngines.OpenSsl, TlsEngines.SslStream })
         {
-            return TlsEngines.SslStream;
+            if (string.Equals(text, engine, StringComparison.OrdinalIgnoreCase))
+            {
+                return engine;
+            }
         }
 
-        reader.Add(key, string.Equals(text, TlsEngines.OpenSsl, StringComparison.OrdinalIgnoreCase)
-            ? $"the {TlsEngines.OpenSsl} engine is not available in this build yet; use {TlsEngines.SslStream}"
-            : $"'{text}' is not a TLS engine; use {TlsEngines.SslStream}");
+        reader.Add(key, $"'{text}' is not a TLS engine; use {TlsEngines.OpenSsl} or {TlsEngines.SslStream}");
         return TlsEngines.SslStream;
     }
 

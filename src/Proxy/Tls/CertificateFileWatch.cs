@@ -5,8 +5,8 @@ using Tern.Proxy.Configuration;
 namespace Tern.Proxy.Tls;
 
 /// <summary>
-/// Signals when any certificate or key file in force changes on disk (a renewed certificate, a
-/// rotated Kubernetes secret), so that it is reloaded without any configuration edit.
+/// Signals when any certificate, key or session-ticket-key file in force changes on disk (a renewed
+/// certificate, a rotated Kubernetes secret), so that it is reloaded without any configuration edit.
 /// </summary>
 internal sealed class CertificateFileWatch : IDisposable
 {
@@ -15,7 +15,8 @@ internal sealed class CertificateFileWatch : IDisposable
     public CertificateFileWatch(TernSettings settings)
     {
         var tokens = new List<IChangeToken>();
-        var files = settings.Certificates.SelectMany(c => new[] { c.CertificatePath, c.KeyPath }).Select(Path.GetFullPath);
+        var files = settings.Certificates.SelectMany(c => new[] { c.CertificatePath, c.KeyPath })
+            .Append(settings.SessionTicketKeysPath).OfType<string>().Select(Path.GetFullPath);
         foreach (var folder in files.GroupBy(f => Path.GetDirectoryName(f)!))
         {
             if (!Directory.Exists(folder.Key))

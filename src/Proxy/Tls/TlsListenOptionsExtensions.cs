@@ -3,7 +3,9 @@ using System.Runtime.CompilerServices;
 using System.Security.Authentication;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
 using Microsoft.AspNetCore.Server.Kestrel.Https;
+using Microsoft.Extensions.Logging;
 using Tern.Proxy.Configuration;
+using Tern.Proxy.Tls.OpenSsl;
 
 namespace Tern.Proxy.Tls;
 
@@ -14,13 +16,29 @@ public static class TlsListenOptionsExtensions
     private static readonly List<SslApplicationProtocol> s_http11 = [SslApplicationProtocol.Http11];
 
     /// <summary>
-    /// Terminates TLS on this listener with the certificates in force, chosen per connection by SNI,
-    /// so that a certificate reload applies to the next handshake without touching open connections.
+    /// Terminates TLS on this listener with the engine and certificates in force (Tern:Tls), the
+    /// certificate chosen per connection by SNI, so that a certificate reload applies to the next
+    /// handshake without touching open connections.
     /// </summary>
-    public static ListenOptions UseTernTls(this ListenOptions listenOptions, ActiveConfiguration configuration, TimeSpan handshakeTimeout)
+    public static ListenOptions UseTernTls(this ListenOptions listenOptions)
     {
         ArgumentNullException.ThrowIfNull(listenOptions);
-        ArgumentNullException.ThrowIfNull(configuration);
+        var services = listenOptions.ApplicationServices;
+        var active = services.GetRequiredService<ActiveConfiguration>();
+        if (active.Current.Settings.TlsEngine == TlsEngines.OpenSsl)
+        {
+            var engine = services.GetRequiredService<OpenSslEngine>();
+            var metrics = services.GetRequiredService<TlsMetrics>();
+            var logger = services.GetRequiredService<ILoggerFactory>().CreateLogger("Tern.Proxy.Tls");
+            listenOptions.Use(next => new OpenSslTlsMiddleware(next, active, engine, metrics, logger).OnConnectionAsync);
+            return listenOptions;
+        }
+
+        return listenOptions.UseSslStream(active);
+    }
+
+    private static ListenOptions UseSslStream(this ListenOptions listenOptions, ActiveConfiguration configuration)
+    {
         var protocols = listenOptions.Protocols.HasFlag(HttpProtocols.Http2) ? s_h2AndHttp11 : s_http11;
 
         // One options object per certificate and listener, built on first use and reused by every
@@ -28,7 +46,7 @@ public static class TlsListenOptionsExtensions
         var cache = new ConditionalWeakTable<ServerCertificate, SslServerAuthenticationOptions>();
         listenOptions.UseHttps(new TlsHandshakeCallbackOptions
         {
-            HandshakeTimeout = handshakeTimeout,
+            HandshakeTimeout = configuration.Current.Settings.HandshakeTimeout,
             OnConnection = context =>
             {
                 var certificate = configuration.Current.Certificates.Select(context.ClientHelloInfo.ServerName);

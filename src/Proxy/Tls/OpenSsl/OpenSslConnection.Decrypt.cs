@@ -1,0 +1,91 @@
+using System.Buffers;
+
+namespace Tern.Proxy.Tls.OpenSsl;
+
+internal sealed partial class OpenSslConnection
+{
+    /// <summary>
+    /// Ciphertext from the socket pipe → plaintext written by OpenSSL straight into the memory of
+    /// the application pipe that Kestrel's parsers read. What OpenSSL did not take stays in the
+    /// socket pipe (AdvanceTo(consumed)); a record larger than one 4 KB block drains over as many
+    /// windows as it needs, because a full window means "call again".
+    /// </summary>
+    private async Task DecryptLoopAsync()
+    {
+        Exception? failure = null;
+        try
+        {
+            while (true)
+            {
+                var read = await _transport.Input.ReadAsync().ConfigureAwait(false);
+                if (read.IsCanceled)
+                {
+                    break;
+                }
+
+                var buffer = read.Buffer;
+                var (consumed, closed) = DecryptAvailable(buffer);
+                _transport.Input.AdvanceTo(buffer.GetPosition(consumed), buffer.End);
+                var flush = await _input.Writer.FlushAsync().ConfigureAwait(false);
+                if (closed || read.IsCompleted || flush.IsCompleted)
+                {
+                    break;
+                }
+            }
+        }
+        catch (Exception ex)
+        {
+            if (ex is OpenSslException)
+            {
+                _metrics.ConnectionFailed("decrypt");
+            }
+
+            failure = ex;
+        }
+        finally
+        {
+            await _input.Writer.CompleteAsync(failure).ConfigureAwait(false);
+        }
+    }
+
+    private (long Consumed, bool Closed) DecryptAvailable(ReadOnlySequence<byte> buffer)
+    {
+        long consumed = 0;
+        foreach (var segment in buffer)
+        {
+            var offset = 0;
+            while (true)
+            {
+                var window = _input.Writer.GetMemory();
+                var call = Native(Operation.Decrypt, segment.Span[offset..], window.Span);
+                offset += call.Consumed;
+                _input.Writer.Advance(call.Produced);
+                _metrics.Bytes("decrypt", TlsMetrics.Paths.Direct, call.Produced);
+                if (call.Pending > 0)
+                {
+                    // OpenSSL answered something (KeyUpdate, alert) while reading: the encrypt pump owns
+                    // the socket pipe's writer, so wake it to send those bytes.
+                    _output.Reader.CancelPendingRead();
+                }
+
+                switch (call.Status)
+                {
+                    case Interop.Ok:
+                        continue; // the window filled up: more plaintext may be waiting
+                    case Interop.WantRead:
+                        break;
+                    case Interop.Closed:
+                        return (consumed + offset, true);
+                    default:
+                        throw new OpenSslException($"TLS error: {Interop.ConnectionErrorText(_handle)}");
+                }
+
+                break;
+            }
+
+            consumed += offset;
+        }
+
+        return (consumed, false);
+    }
+}

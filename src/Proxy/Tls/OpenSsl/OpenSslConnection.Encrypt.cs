@@ -1,0 +1,97 @@
+using System.Buffers;
+
+namespace Tern.Proxy.Tls.OpenSsl;
+
+internal sealed partial class OpenSslConnection
+{
+    // TLS 1.2 GCM adds 29 bytes to a record (header, explicit nonce, tag), TLS 1.3 adds 22.
+    private const int RecordOverhead = 64;
+    private const int MaxRecordPlaintext = 16 * 1024;
+
+    /// <summary>
+    /// Plaintext Kestrel wrote → records written by OpenSSL straight into the socket pipe's memory,
+    /// one window sized for the record, so that nothing spills in steady state. Also the only
+    /// writer of the socket pipe: it drains what the decrypt side spilled, and sends close_notify.
+    /// </summary>
+    private async Task EncryptLoopAsync()
+    {
+        try
+        {
+            while (true)
+            {
+                var read = await _output.Reader.ReadAsync().ConfigureAwait(false);
+                DrainSpill(Volatile.Read(ref _pending), payload: false);
+                var buffer = read.Buffer;
+                EncryptAll(buffer);
+                _output.Reader.AdvanceTo(buffer.End);
+                var flush = await _transport.Output.FlushAsync().ConfigureAwait(false);
+                if (flush.IsCompleted || flush.IsCanceled)
+                {
+                    break;
+                }
+
+                if (read.IsCompleted)
+                {
+                    SendCloseNotify();
+                    await _transport.Output.FlushAsync().ConfigureAwait(false);
+                    break;
+                }
+            }
+
+            await _output.Reader.CompleteAsync().ConfigureAwait(false);
+            await _transport.Output.CompleteAsync().ConfigureAwait(false);
+        }
+        catch (Exception ex)
+        {
+            if (ex is OpenSslException)
+            {
+                _metrics.ConnectionFailed("encrypt");
+            }
+
+            await _output.Reader.CompleteAsync(ex).ConfigureAwait(false);
+            await _transport.Output.CompleteAsync(ex).ConfigureAwait(false);
+        }
+    }
+
+    private void EncryptAll(ReadOnlySequence<byte> buffer)
+    {
+        foreach (var segment in buffer)
+        {
+            var offset = 0;
+            while (offset < segment.Length)
+            {
+                var chunk = Math.Min(segment.Length - offset, MaxRecordPlaintext);
+                var window = _transport.Output.GetMemory(chunk + RecordOverhead);
+                var call = Native(Operation.Encrypt, segment.Span.Slice(offset, chunk), window.Span);
+                _transport.Output.Advance(call.Produced);
+                _metrics.Bytes("encrypt", TlsMetrics.Paths.Direct, call.Direct);
+                _metrics.Bytes("encrypt", TlsMetrics.Paths.Spill, call.Drained);
+                if (call.Status < 0)
+                {
+                    throw new OpenSslException($"TLS error: {Interop.ConnectionErrorText(_handle)}");
+                }
+
+                offset += call.Consumed;
+                DrainSpill(call.Pending, payload: true);
+            }
+        }
+    }
+
+    private unsafe void SendCloseNotify()
+    {
+        var window = _transport.Output.GetMemory(RecordOverhead);
+        Interop.Result result;
+        lock (_native)
+        {
+            fixed (byte* output = window.Span)
+            {
+                Interop.Shutdown(_handle, output, window.Length, out result);
+            }
+
+            _pending = result.Pending;
+        }
+
+        _transport.Output.Advance(result.Produced);
+        DrainSpill(result.Pending, payload: false);
+    }
+}

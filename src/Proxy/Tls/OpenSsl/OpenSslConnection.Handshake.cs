@@ -1,0 +1,156 @@
+using System.Buffers;
+
+namespace Tern.Proxy.Tls.OpenSsl;
+
+internal sealed partial class OpenSslConnection
+{
+    /// <summary>
+    /// Runs the handshake over the transport. Returns null when it completed, else a short reason
+    /// ("timeout", "closed", "protocol: ...") for metrics and logs. Ciphertext that arrives after
+    /// the client's Finished stays in the transport pipe for the decrypt pump.
+    /// </summary>
+    public async Task<string?> HandshakeAsync(CancellationToken cancellationToken)
+    {
+        try
+        {
+            while (true)
+            {
+                var read = await _transport.Input.ReadAsync(cancellationToken).ConfigureAwait(false);
+                var buffer = read.Buffer;
+                var (status, consumed) = HandshakeStep(buffer);
+                var position = buffer.GetPosition(consumed);
+
+                // Once the handshake is done, bytes after the client's Finished (often its first
+                // request, in the same segment) are not examined: the decrypt pump must see them
+                // without waiting for more to arrive.
+                _transport.Input.AdvanceTo(position, status == Interop.Ok ? position : buffer.End);
+                await _transport.Output.FlushAsync(cancellationToken).ConfigureAwait(false);
+                switch (status)
+                {
+                    case Interop.Ok:
+                        ReadNegotiatedParameters();
+                        return null;
+                    case Interop.WantRead when !read.IsCompleted && !read.IsCanceled:
+                        continue;
+                    case Interop.WantRead:
+                        return "closed";
+                    default:
+                        return $"protocol: {Interop.ConnectionErrorText(_handle)}";
+                }
+            }
+        }
+        catch (OperationCanceledException)
+        {
+            return "timeout";
+        }
+        catch (Exception ex) when (ex is IOException or System.Net.Sockets.SocketException or Microsoft.AspNetCore.Connections.ConnectionResetException)
+        {
+            return "closed";
+        }
+    }
+
+    /// <summary>Feeds what has arrived to OpenSSL, segment by segment; writes its records to the transport.</summary>
+    private (int Status, long Consumed) HandshakeStep(ReadOnlySequence<byte> buffer)
+    {
+        var status = Interop.WantRead;
+        long consumed = 0;
+        foreach (var segment in buffer)
+        {
+            var offset = 0;
+            do
+            {
+                var window = _transport.Output.GetMemory();
+                var call = Native(Operation.Handshake, segment.Span[offset..], window.Span);
+                _transport.Output.Advance(call.Produced);
+                offset += call.Consumed;
+                status = call.Status;
+                DrainSpill(call.Pending, payload: false);
+                if (status != Interop.WantRead || call.Consumed == 0)
+                {
+                    break;
+                }
+            }
+            while (offset < segment.Length);
+
+            consumed += offset;
+            if (status != Interop.WantRead)
+            {
+                break;
+            }
+        }
+
+        return (status, consumed);
+    }
+
+    private enum Operation
+    {
+        Handshake,
+        Decrypt,
+        Encrypt,
+    }
+
+    /// <summary>What one native call did to the transport-bound output: new bytes and bytes drained from spill.</summary>
+    private readonly record struct Call(Interop.Result Result, int Drained)
+    {
+        public int Status => Result.Status;
+
+        public int Consumed => Result.Consumed;
+
+        public int Produced => Result.Produced;
+
+        public int Pending => Result.Pending;
+
+        /// <summary>Output bytes written straight into the window, not taken from the spill buffer.</summary>
+        public int Direct => Result.Produced - Drained;
+    }
+
+    /// <summary>
+    /// One native call with the windows pinned for its duration only, under the connection's lock.
+    /// Tracks the spill buffer so that every byte is counted once: on its way out, as direct or spill.
+    /// </summary>
+    private unsafe Call Native(Operation operation, ReadOnlySpan<byte> input, Span<byte> output)
+    {
+        Interop.Result result;
+        int drained;
+        lock (_native)
+        {
+            fixed (byte* inputPointer = input)
+            fixed (byte* outputPointer = output)
+            {
+                _ = operation switch
+                {
+                    Operation.Handshake => Interop.Handshake(_handle, inputPointer, input.Length, outputPointer, output.Length, out result),
+                    Operation.Decrypt => Interop.Decrypt(_handle, inputPointer, input.Length, outputPointer, output.Length, out result),
+                    _ => Interop.Encrypt(_handle, inputPointer, input.Length, outputPointer, output.Length, out result),
+                };
+            }
+
+            drained = operation == Operation.Decrypt ? 0 : _pending + result.Spilled - result.Pending;
+            _pending = result.Pending;
+        }
+
+        if (result.Spilled > 0)
+        {
+            _metrics.SpillEvent(operation == Operation.Decrypt ? "decrypt" : "encrypt");
+        }
+
+        return new Call(result, drained);
+    }
+
+    /// <summary>Moves spilled bytes into the transport pipe (only the pipe's writer may call this).</summary>
+    private void DrainSpill(int pending, bool payload)
+    {
+        while (pending > 0)
+        {
+            var window = _transport.Output.GetMemory(pending);
+            var call = Native(Operation.Encrypt, default, window.Span);
+            _transport.Output.Advance(call.Produced);
+            if (payload)
+            {
+                _metrics.Bytes("encrypt", TlsMetrics.Paths.Spill, call.Drained);
+            }
+
+            pending = call.Pending;
+        }
+    }
+}

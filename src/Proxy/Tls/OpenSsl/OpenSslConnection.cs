@@ -1,0 +1,136 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Security.Authentication;
+using System.Security.Cryptography.X509Certificates;
+using Microsoft.AspNetCore.Connections.Features;
+using System.Net.Security;
+using Microsoft.AspNetCore.Http.Features;
+using Microsoft.AspNetCore.Server.Kestrel.Core.Features;
+
+namespace Tern.Proxy.Tls.OpenSsl;
+
+/// <summary>
+/// One TLS connection on the OpenSSL engine. After the handshake it stands in for the
+/// connection's transport: Kestrel reads plaintext that the decrypt pump had OpenSSL write
+/// straight into the application pipe's memory, and writes plaintext that the encrypt pump has
+/// OpenSSL turn into records written straight into the socket pipe's memory.
+/// </summary>
+internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFeature, ITlsHandshakeFeature, ITlsApplicationProtocolFeature, IAsyncDisposable
+{
+    // The SSL object is not thread-safe; each native call is short and synchronous.
+    private readonly Lock _native = new();
+    private readonly Interop.ConnectionHandle _handle;
+    private readonly OpenSslServer _server;
+    private readonly IDuplexPipe _transport;
+    private readonly Pipe _input;
+    private readonly Pipe _output;
+    private readonly TlsMetrics _metrics;
+    private Task _decrypting = Task.CompletedTask;
+    private Task _encrypting = Task.CompletedTask;
+    private int _pending;
+
+    public OpenSslConnection(OpenSslServer server, IDuplexPipe transport, MemoryPool<byte> pool, TlsMetrics metrics)
+    {
+        _server = server;
+        _transport = transport;
+        _metrics = metrics;
+        if (Interop.ConnectionCreate(server.Handle, out var handle) != Interop.Ok)
+        {
+            handle.Dispose();
+            throw new OpenSslException($"OpenSSL could not create a connection: {Interop.LastError()}");
+        }
+
+        _handle = handle;
+        var minimumSegment = pool.MaxBufferSize > 0 ? Math.Min(pool.MaxBufferSize, 4096) : 4096;
+        _input = new Pipe(new PipeOptions(pool, PipeScheduler.Inline, PipeScheduler.Inline, 1024 * 1024, 512 * 1024, minimumSegment, useSynchronizationContext: false));
+        _output = new Pipe(new PipeOptions(pool, PipeScheduler.Inline, PipeScheduler.Inline, 64 * 1024, 32 * 1024, minimumSegment, useSynchronizationContext: false));
+    }
+
+    /// <summary>Plaintext for Kestrel's HTTP parsers.</summary>
+    public PipeReader Input => _input.Reader;
+
+    /// <summary>Plaintext from Kestrel, to be encrypted.</summary>
+    public PipeWriter Output => _output.Writer;
+
+    public SslProtocols Protocol { get; private set; }
+
+    public string CipherName { get; private set; } = string.Empty;
+
+    public bool Resumed { get; private set; }
+
+    /// <summary>The server name the client sent (SNI), or empty.</summary>
+    public string HostName { get; private set; } = string.Empty;
+
+    public ReadOnlyMemory<byte> ApplicationProtocol { get; private set; }
+
+    public X509Certificate2? ClientCertificate { get; set; }
+
+    public TlsCipherSuite? NegotiatedCipherSuite => null;
+
+    [Obsolete("KeyExchangeAlgorithm, KeyExchangeStrength, CipherAlgorithm, CipherStrength, HashAlgorithm and HashStrength are obsolete. Use NegotiatedCipherSuite instead.")]
+    public CipherAlgorithmType CipherAlgorithm => CipherAlgorithmType.None;
+
+    [Obsolete("KeyExchangeAlgorithm, KeyExchangeStrength, CipherAlgorithm, CipherStrength, HashAlgorithm and HashStrength are obsolete. Use NegotiatedCipherSuite instead.")]
+    public int CipherStrength => 0;
+
+    [Obsolete("KeyExchangeAlgorithm, KeyExchangeStrength, CipherAlgorithm, CipherStrength, HashAlgorithm and HashStrength are obsolete. Use NegotiatedCipherSuite instead.")]
+    public HashAlgorithmType HashAlgorithm => HashAlgorithmType.None;
+
+    [Obsolete("KeyExchangeAlgorithm, KeyExchangeStrength, CipherAlgorithm, CipherStrength, HashAlgorithm and HashStrength are obsolete. Use NegotiatedCipherSuite instead.")]
+    public int HashStrength => 0;
+
+    [Obsolete("KeyExchangeAlgorithm, KeyExchangeStrength, CipherAlgorithm, CipherStrength, HashAlgorithm and HashStrength are obsolete. Use NegotiatedCipherSuite instead.")]
+    public ExchangeAlgorithmType KeyExchangeAlgorithm => ExchangeAlgorithmType.None;
+
+    [Obsolete("KeyExchangeAlgorithm, KeyExchangeStrength, CipherAlgorithm, CipherStrength, HashAlgorithm and HashStrength are obsolete. Use NegotiatedCipherSuite instead.")]
+    public int KeyExchangeStrength => 0;
+
+    public Task<X509Certificate2?> GetClientCertificateAsync(CancellationToken cancellationToken) => Task.FromResult(ClientCertificate);
+
+    /// <summary>Starts the two pumps once the handshake is done.</summary>
+    public void Start()
+    {
+        _decrypting = DecryptLoopAsync();
+        _encrypting = EncryptLoopAsync();
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        // Kestrel is done with the connection: unblock both pumps and wait for them, so that no
+        // native call is in flight when the SSL object is freed.
+        _input.Reader.Complete();
+        _output.Writer.Complete();
+        _transport.Input.CancelPendingRead();
+        await _decrypting.ConfigureAwait(false);
+        await _encrypting.ConfigureAwait(false);
+        _handle.Dispose();
+        GC.KeepAlive(_server);
+    }
+
+    private void ReadNegotiatedParameters()
+    {
+        // Reports what OpenSSL negotiated; nothing here chooses a protocol.
+#pragma warning disable CA5397
+        Protocol = Interop.ConnectionProtocol(_handle) switch
+        {
+            0x0304 => SslProtocols.Tls13,
+            0x0303 => SslProtocols.Tls12,
+            _ => SslProtocols.None,
+        };
+#pragma warning restore CA5397
+        CipherName = Interop.Cipher(_handle);
+        ApplicationProtocol = Interop.Alpn(_handle);
+        HostName = Interop.ServerName(_handle);
+        Resumed = Interop.ConnectionResumed(_handle) == 1;
+    }
+
+    /// <summary>"1.2" or "1.3", as OpenTelemetry's tls.protocol.version expects.</summary>
+#pragma warning disable CA5397
+    public string ProtocolVersion => Protocol switch
+    {
+        SslProtocols.Tls13 => "1.3",
+        SslProtocols.Tls12 => "1.2",
+        _ => "unknown",
+    };
+#pragma warning restore CA5397
+}

@@ -1,0 +1,59 @@
+using System.Buffers;
+using System.Diagnostics;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.AspNetCore.Connections.Features;
+using Microsoft.AspNetCore.Http.Features;
+using Microsoft.AspNetCore.Server.Kestrel.Core.Features;
+using Microsoft.Extensions.Logging;
+using Tern.Proxy.Configuration;
+
+namespace Tern.Proxy.Tls.OpenSsl;
+
+/// <summary>
+/// Kestrel connection middleware of the OpenSSL engine: handshake with a timeout, then the
+/// connection's transport is replaced by the TLS connection's plaintext pipes, with the TLS
+/// features Kestrel needs to pick HTTP/2 by ALPN.
+/// </summary>
+internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfiguration active, OpenSslEngine engine, TlsMetrics metrics, ILogger logger)
+{
+    public async Task OnConnectionAsync(ConnectionContext context)
+    {
+        var snapshot = active.Current;
+        var pool = context.Features.Get<IMemoryPoolFeature>()?.MemoryPool ?? MemoryPool<byte>.Shared;
+        await using var tls = new OpenSslConnection(engine.ServerFor(snapshot), context.Transport, pool, metrics);
+        var started = Stopwatch.GetTimestamp();
+        string? failure;
+        using (var timeout = CancellationTokenSource.CreateLinkedTokenSource(context.ConnectionClosed))
+        {
+            timeout.CancelAfter(snapshot.Settings.HandshakeTimeout);
+            failure = await tls.HandshakeAsync(timeout.Token);
+        }
+
+        var elapsed = Stopwatch.GetElapsedTime(started);
+        if (failure is not null)
+        {
+            metrics.HandshakeFailed(elapsed, failure.Split(':')[0]);
+            TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", failure);
+            context.Abort(new ConnectionAbortedException($"TLS handshake failed: {failure}"));
+            return;
+        }
+
+        metrics.HandshakeSucceeded(elapsed, tls.ProtocolVersion, tls.CipherName, System.Text.Encoding.ASCII.GetString(tls.ApplicationProtocol.Span), tls.Resumed);
+        context.Features.Set<ITlsConnectionFeature>(tls);
+        context.Features.Set<ITlsHandshakeFeature>(tls);
+        context.Features.Set<ITlsApplicationProtocolFeature>(tls);
+        var transport = context.Transport;
+        context.Transport = tls;
+        tls.Start();
+        metrics.ConnectionOpened();
+        try
+        {
+            await next(context);
+        }
+        finally
+        {
+            metrics.ConnectionClosed();
+            context.Transport = transport;
+        }
+    }
+}

@@ -1,0 +1,93 @@
+using System.Diagnostics;
+using System.Diagnostics.Metrics;
+
+namespace Tern.Proxy.Tls;
+
+/// <summary>
+/// The Tern.Tls meter: where payload bytes went (straight into pipe memory, or through the spill
+/// buffer), handshakes and their duration, open TLS connections. "Zero copies in steady state" is
+/// a claim these counters prove under load. Tag names follow OpenTelemetry's conventions.
+/// </summary>
+public sealed class TlsMetrics : IDisposable
+{
+    public const string MeterName = "Tern.Tls";
+
+    /// <summary>Values of tern.tls.path.</summary>
+    public static class Paths
+    {
+        /// <summary>Written by OpenSSL straight into the pipe memory Kestrel (or the socket) reads.</summary>
+        public const string Direct = "direct";
+
+        /// <summary>Went through the per-connection spill buffer: one extra copy.</summary>
+        public const string Spill = "spill";
+
+        /// <summary>Ciphertext carried over by Tern between reads (the design keeps this at zero).</summary>
+        public const string Carry = "carry";
+
+        /// <summary>Copied by managed code (the design keeps this at zero).</summary>
+        public const string Copy = "copy";
+    }
+
+    private readonly Meter _meter;
+    private readonly Counter<long> _bytes;
+    private readonly Counter<long> _spillEvents;
+    private readonly Counter<long> _handshakes;
+    private readonly Histogram<double> _handshakeDuration;
+    private readonly UpDownCounter<long> _connections;
+    private readonly Counter<long> _errors;
+
+    public TlsMetrics(IMeterFactory meterFactory)
+    {
+        ArgumentNullException.ThrowIfNull(meterFactory);
+        _meter = meterFactory.Create(MeterName);
+        _bytes = _meter.CreateCounter<long>("tern.tls.bytes", "By", "TLS payload bytes by direction (decrypt: plaintext out; encrypt: ciphertext out) and path (direct, spill, carry, copy)");
+        _spillEvents = _meter.CreateCounter<long>("tern.tls.spill.events", "{event}", "Native calls whose output did not fit the window and went to the spill buffer");
+        _handshakes = _meter.CreateCounter<long>("tern.tls.handshakes", "{handshake}", "TLS handshakes by result, protocol, cipher, ALPN and resumption");
+        _handshakeDuration = _meter.CreateHistogram<double>("tern.tls.handshake.duration", "s", "Time from the first ClientHello byte to the end of the handshake",
+            advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10] });
+        _errors = _meter.CreateCounter<long>("tern.tls.errors", "{error}", "Connections closed by a TLS error after the handshake (bad record, alert, truncation)");
+        _connections = _meter.CreateUpDownCounter<long>("tern.tls.connections.active", "{connection}", "Open connections that completed a TLS handshake");
+    }
+
+    /// <summary>Counts bytes for one direction ("decrypt" or "encrypt") and path.</summary>
+    public void Bytes(string direction, string path, long count)
+    {
+        if (count > 0)
+        {
+            _bytes.Add(count, new KeyValuePair<string, object?>("tern.tls.direction", direction), new KeyValuePair<string, object?>("tern.tls.path", path));
+        }
+    }
+
+    public void SpillEvent(string direction) => _spillEvents.Add(1, new KeyValuePair<string, object?>("tern.tls.direction", direction));
+
+    public void HandshakeSucceeded(TimeSpan duration, string protocol, string cipher, string alpn, bool resumed)
+    {
+        var tags = new TagList
+        {
+            { "tern.tls.handshake.result", "success" },
+            { "tls.protocol.version", protocol },
+            { "tls.cipher", cipher },
+            { "network.protocol.name", alpn.Length == 0 ? "http/1.1" : alpn },
+            { "tls.resumed", resumed },
+        };
+        _handshakes.Add(1, tags);
+        _handshakeDuration.Record(duration.TotalSeconds, tags);
+    }
+
+    /// <summary>A failed handshake; reason is a short class ("timeout", "protocol", "closed").</summary>
+    public void HandshakeFailed(TimeSpan duration, string reason)
+    {
+        var tags = new TagList { { "tern.tls.handshake.result", "failure" }, { "error.type", reason } };
+        _handshakes.Add(1, tags);
+        _handshakeDuration.Record(duration.TotalSeconds, tags);
+    }
+
+    /// <summary>A connection ended by a TLS error after its handshake; kind is "decrypt" or "encrypt".</summary>
+    public void ConnectionFailed(string kind) => _errors.Add(1, new KeyValuePair<string, object?>("error.type", kind));
+
+    public void ConnectionOpened() => _connections.Add(1);
+
+    public void ConnectionClosed() => _connections.Add(-1);
+
+    public void Dispose() => _meter.Dispose();
+}
