@@ -17,7 +17,7 @@ public sealed record TernSettings
 
     public int ManagementPort { get; init; } = 9090;
 
-    public string TlsEngine { get; init; } = TlsEngines.SslStream;
+    public string TlsEngine { get; init; } = TlsEngines.OpenSsl;
 
     public TimeSpan HandshakeTimeout { get; init; } = TimeSpan.FromSeconds(10);
 
@@ -98,7 +98,7 @@ public sealed record TernSettings
         var text = reader.String(key);
         if (text is null)
         {
-            return TlsEngines.SslStream;
+            return TlsEngines.OpenSsl;
         }
 
         foreach (var engine in new[] { TlsEngines.OpenSsl, TlsEngines.SslStream })

@@ -5,7 +5,7 @@ using Tern.Tests.Infrastructure;
 
 namespace Tern.Tests.Configuration;
 
-public sealed class ReloadTests : IAsyncLifetime
+public abstract class ReloadTests(string engine) : IAsyncLifetime
 {
     private TestUpstream _first = null!;
     private TestUpstream _second = null!;
@@ -25,7 +25,7 @@ public sealed class ReloadTests : IAsyncLifetime
     [Fact]
     public async Task Reload_AddsRoute_WhileLongDownloadOnOpenConnectionCompletes()
     {
-        var config = new TernConfig().Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
         await using var tern = await TernInstance.StartAsync(config);
         using var downloader = tern.CreateClient();
         using var client = tern.CreateClient();
@@ -55,12 +55,12 @@ public sealed class ReloadTests : IAsyncLifetime
     [Fact]
     public async Task Reload_InvalidChange_KeepsLastGoodConfiguration()
     {
-        var config = new TernConfig().Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
 
         // A route to a cluster that does not exist, then a half-written file: both refused.
-        var broken = new TernConfig().Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Route("b", "missing", "/b/{**rest}").Cluster("first", [_first]);
+        var broken = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Route("b", "missing", "/b/{**rest}").Cluster("first", [_first]);
         await tern.RewriteConfigAsync(broken.ToJson());
         await Task.Delay(1000);
         Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
@@ -79,7 +79,7 @@ public sealed class ReloadTests : IAsyncLifetime
     [Fact]
     public async Task Reload_CertificateChange_AppliesToNewHandshakesOnly()
     {
-        var config = new TernConfig().Route("a", "first", "{**rest}").Cluster("first", [_first]);
+        var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]);
         await using var tern = await TernInstance.StartAsync(config);
         X509Certificate2? kept = null;
         using var open = tern.CreateClient(certificateSeen: c => kept = c);
@@ -110,7 +110,7 @@ public sealed class ReloadTests : IAsyncLifetime
     {
         var folder = Directory.CreateTempSubdirectory("tern-renew-").FullName;
         var original = TestPki.Create("site", ["localhost"], folder);
-        var config = new TernConfig().Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", original, []));
+        var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", original, []));
         await using var tern = await TernInstance.StartAsync(config);
 
         // Same paths, new content: what cert-manager or a Secret rotation does.
@@ -151,3 +151,7 @@ public sealed class ReloadTests : IAsyncLifetime
         return last;
     }
 }
+
+public sealed class OpenSslReloadTests() : ReloadTests(Proxy.Tls.TlsEngines.OpenSsl);
+
+public sealed class SslStreamReloadTests() : ReloadTests(Proxy.Tls.TlsEngines.SslStream);

@@ -8,7 +8,7 @@ using Tern.Tests.Infrastructure;
 
 namespace Tern.Tests.Forwarding;
 
-public sealed class ForwardingTests : IAsyncLifetime
+public abstract class ForwardingTests(string engine) : IAsyncLifetime
 {
     private TestUpstream _upstream = null!;
     private TernInstance _tern = null!;
@@ -22,7 +22,7 @@ public sealed class ForwardingTests : IAsyncLifetime
     public async Task InitializeAsync()
     {
         _upstream = await TestUpstream.StartAsync();
-        var config = TernConfig.To(_upstream);
+        var config = TernConfig.To(engine, _upstream);
         config.Route("original-host-off", "app", "/dest-host/{**rest}", new JsonObject
         {
             ["Transforms"] = new JsonArray(
@@ -155,7 +155,7 @@ public sealed class ForwardingTests : IAsyncLifetime
     [Fact]
     public async Task Headers_FromTrustedProxy_AreAppendedTo()
     {
-        var config = TernConfig.To(_upstream);
+        var config = TernConfig.To(engine, _upstream);
         config.Tern["Forwarding"] = new JsonObject { ["TrustedProxies"] = new JsonArray("127.0.0.0/8") };
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
@@ -176,7 +176,7 @@ public sealed class ForwardingTests : IAsyncLifetime
     public async Task RoundRobin_TwoUpstreams_ShareRequestsEvenly()
     {
         await using var second = await TestUpstream.StartAsync("second");
-        var config = TernConfig.To(_upstream, second);
+        var config = TernConfig.To(engine, _upstream, second);
         ((JsonObject)config.ReverseProxy["Clusters"]!["app"]!)["LoadBalancingPolicy"] = "RoundRobin";
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
@@ -196,7 +196,7 @@ public sealed class ForwardingTests : IAsyncLifetime
     public async Task UpstreamDown_Returns502WithinOneSecondWithReason()
     {
         var deadPort = FreePort.Next();
-        var config = new TernConfig().Route("all", "dead", "{**any}").Cluster("dead", [$"http://127.0.0.1:{deadPort}/"]);
+        var config = new TernConfig(engine).Route("all", "dead", "{**any}").Cluster("dead", [$"http://127.0.0.1:{deadPort}/"]);
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
 
@@ -213,7 +213,7 @@ public sealed class ForwardingTests : IAsyncLifetime
     [Fact]
     public async Task SlowUpstream_Returns504AfterClusterActivityTimeout()
     {
-        var config = TernConfig.To(_upstream);
+        var config = TernConfig.To(engine, _upstream);
         ((JsonObject)config.ReverseProxy["Clusters"]!["app"]!)["HttpRequest"] = new JsonObject { ["ActivityTimeout"] = "00:00:01" };
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
@@ -230,7 +230,7 @@ public sealed class ForwardingTests : IAsyncLifetime
     [Fact]
     public async Task NoRouteMatches_Returns404WithReason()
     {
-        var config = new TernConfig().Route("only", "app", "/only/{**rest}").Cluster("app", [_upstream]);
+        var config = new TernConfig(engine).Route("only", "app", "/only/{**rest}").Cluster("app", [_upstream]);
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
 
@@ -254,3 +254,7 @@ public sealed class ForwardingTests : IAsyncLifetime
             base.ReadAsync(buffer[..Math.Min(buffer.Length, 7919)], cancellationToken);
     }
 }
+
+public sealed class OpenSslForwardingTests() : ForwardingTests(Proxy.Tls.TlsEngines.OpenSsl);
+
+public sealed class SslStreamForwardingTests() : ForwardingTests(Proxy.Tls.TlsEngines.SslStream);

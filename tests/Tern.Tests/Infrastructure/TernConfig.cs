@@ -6,8 +6,9 @@ namespace Tern.Tests.Infrastructure;
 /// <summary>An appsettings.json for one test's proxy: free ports, test certificates, demo off, quiet logs.</summary>
 public sealed class TernConfig
 {
-    public TernConfig()
+    public TernConfig(string engine)
     {
+        Engine = engine;
         Tern = new JsonObject
         {
             ["Https"] = new JsonObject { ["Port"] = HttpsPort },
@@ -15,10 +16,16 @@ public sealed class TernConfig
             ["Management"] = new JsonObject { ["Port"] = ManagementPort },
             ["Demo"] = new JsonObject { ["Enabled"] = false },
             ["Shutdown"] = new JsonObject { ["DrainTimeout"] = "00:00:05" },
+            ["Tls"] = new JsonObject { ["Engine"] = engine },
         };
         Certificates(("default", TestPki.Localhost, []));
         ReverseProxy = new JsonObject { ["Routes"] = new JsonObject(), ["Clusters"] = new JsonObject() };
     }
+
+    /// <summary>The TLS engine under test (Tern:Tls:Engine).</summary>
+    public string Engine { get; }
+
+    public JsonObject Tls => (JsonObject)Tern["Tls"]!;
 
     public int HttpsPort { get; } = FreePort.Next();
 
@@ -31,7 +38,7 @@ public sealed class TernConfig
     public JsonObject ReverseProxy { get; set; }
 
     /// <summary>A proxy whose catch-all route "all" sends everything to cluster "app" with these upstreams.</summary>
-    public static TernConfig To(params TestUpstream[] upstreams) => new TernConfig().Route("all", "app", "{**catch-all}").Cluster("app", upstreams);
+    public static TernConfig To(string engine, params TestUpstream[] upstreams) => new TernConfig(engine).Route("all", "app", "{**catch-all}").Cluster("app", upstreams);
 
     public TernConfig Route(string id, string cluster, string path, JsonObject? extra = null)
     {
@@ -72,7 +79,7 @@ public sealed class TernConfig
             };
         }
 
-        Tern["Tls"] = new JsonObject { ["Certificates"] = section };
+        Tls["Certificates"] = section;
         return this;
     }
 

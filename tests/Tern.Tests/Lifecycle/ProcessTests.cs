@@ -6,7 +6,7 @@ using Tern.Tests.Infrastructure;
 namespace Tern.Tests.Lifecycle;
 
 /// <summary>The real proxy process, on the shipped config, configured only through the environment.</summary>
-public sealed class ProcessTests
+public abstract class ProcessTests(string engine)
 {
     public static TheoryData<string, string, string> InvalidConfigurations() => new()
     {
@@ -146,6 +146,23 @@ public sealed class ProcessTests
         Assert.DoesNotContain("returned 502", tern.Output, StringComparison.Ordinal);
     }
 
+    private Dictionary<string, string> FreePorts() => new()
+    {
+        ["Tern__Tls__Engine"] = engine,
+        ["Tern__Https__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+        ["Tern__Http__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+        ["Tern__Management__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+        ["Tern__Demo__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+    };
+}
+
+public sealed class OpenSslProcessTests() : ProcessTests(Proxy.Tls.TlsEngines.OpenSsl);
+
+public sealed class SslStreamProcessTests() : ProcessTests(Proxy.Tls.TlsEngines.SslStream);
+
+/// <summary>The shipped configuration exactly as a newcomer runs it (default ports, default engine).</summary>
+public sealed class ShippedDefaultsTests
+{
     /// <summary>The README's run command: shipped config, default ports, the embedded demo upstream.</summary>
     [Fact]
     public async Task ShippedDefaults_DemoAnswersThroughTlsAndYarp()
@@ -164,12 +181,4 @@ public sealed class ProcessTests
         Assert.Equal("https", echo.RootElement.GetProperty("headers").GetProperty("X-Forwarded-Proto").GetString());
         Assert.Contains("serving a self-signed certificate for localhost", tern.Output, StringComparison.Ordinal);
     }
-
-    private static Dictionary<string, string> FreePorts() => new()
-    {
-        ["Tern__Https__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
-        ["Tern__Http__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
-        ["Tern__Management__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
-        ["Tern__Demo__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
-    };
 }

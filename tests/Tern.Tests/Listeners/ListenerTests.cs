@@ -4,7 +4,7 @@ using Tern.Tests.Infrastructure;
 
 namespace Tern.Tests.Listeners;
 
-public sealed class ListenerTests : IAsyncLifetime
+public abstract class ListenerTests(string engine) : IAsyncLifetime
 {
     private TestUpstream _upstream = null!;
     private TernInstance _tern = null!;
@@ -12,7 +12,7 @@ public sealed class ListenerTests : IAsyncLifetime
     public async Task InitializeAsync()
     {
         _upstream = await TestUpstream.StartAsync();
-        var config = TernConfig.To(_upstream);
+        var config = TernConfig.To(engine, _upstream);
         config.Route("plain", "app", "/plain/{**rest}", new JsonObject
         {
             ["Metadata"] = new JsonObject { ["Tern.AllowPlainHttp"] = "true" },
@@ -53,7 +53,7 @@ public sealed class ListenerTests : IAsyncLifetime
     [Fact]
     public async Task Http_RedirectHttpsPort443_LeavesPortOut()
     {
-        var config = TernConfig.To(_upstream);
+        var config = TernConfig.To(engine, _upstream);
         config.Tern["Http"]!["RedirectHttpsPort"] = 443;
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreatePlainClient(config.HttpPort, host: "shop.test");
@@ -97,7 +97,7 @@ public sealed class ListenerTests : IAsyncLifetime
     public async Task Readyz_ClusterWithEveryDestinationDown_IsNotReady()
     {
         var dead = FreePort.Next();
-        var config = TernConfig.To(_upstream).Route("dead", "dead", "/dead/{**rest}").Cluster("dead", [$"http://127.0.0.1:{dead}/"], new JsonObject
+        var config = TernConfig.To(engine, _upstream).Route("dead", "dead", "/dead/{**rest}").Cluster("dead", [$"http://127.0.0.1:{dead}/"], new JsonObject
         {
             ["HealthCheck"] = new JsonObject
             {
@@ -121,3 +121,7 @@ public sealed class ListenerTests : IAsyncLifetime
         Assert.Equal("not ready: cluster 'dead' has no destination that is up\n", body);
     }
 }
+
+public sealed class OpenSslListenerTests() : ListenerTests(Proxy.Tls.TlsEngines.OpenSsl);
+
+public sealed class SslStreamListenerTests() : ListenerTests(Proxy.Tls.TlsEngines.SslStream);

@@ -4,7 +4,7 @@ using Tern.Tests.Infrastructure;
 
 namespace Tern.Tests.Tls;
 
-public sealed class TlsTests : IAsyncLifetime
+public abstract class TlsTests(string engine) : IAsyncLifetime
 {
     private TestUpstream _upstream = null!;
     private TernInstance _tern = null!;
@@ -12,7 +12,7 @@ public sealed class TlsTests : IAsyncLifetime
     public async Task InitializeAsync()
     {
         _upstream = await TestUpstream.StartAsync();
-        var config = TernConfig.To(_upstream).Certificates(
+        var config = TernConfig.To(engine, _upstream).Certificates(
             ("default", TestPki.Localhost, []),
             ("a", TestPki.ATest, ["a.test"]),
             ("b", TestPki.BTest, ["B.Test"]),
@@ -101,8 +101,9 @@ public sealed class TlsTests : IAsyncLifetime
     public async Task NoCertificateConfigured_GeneratesSelfSignedOnceAndKeepsIt()
     {
         var folder = Directory.CreateTempSubdirectory("tern-selfsigned-").FullName;
-        var config = TernConfig.To(_upstream);
-        config.Tern["Tls"] = new System.Text.Json.Nodes.JsonObject { ["SelfSignedDirectory"] = folder };
+        var config = TernConfig.To(engine, _upstream);
+        config.Tls.Remove("Certificates");
+        config.Tls["SelfSignedDirectory"] = folder;
 
         string first;
         await using (var tern = await TernInstance.StartAsync(config))
@@ -114,8 +115,8 @@ public sealed class TlsTests : IAsyncLifetime
             first = seen.Thumbprint;
         }
 
-        var again = TernConfig.To(_upstream);
-        again.Tern["Tls"] = config.Tern["Tls"]!.DeepClone();
+        var again = TernConfig.To(engine, _upstream);
+        again.Tern["Tls"] = config.Tls.DeepClone();
         await using (var tern = await TernInstance.StartAsync(again))
         {
             X509Certificate2? seen = null;
@@ -133,3 +134,7 @@ public sealed class TlsTests : IAsyncLifetime
         _ => TestPki.Localhost,
     };
 }
+
+public sealed class OpenSslTlsTests() : TlsTests(Proxy.Tls.TlsEngines.OpenSsl);
+
+public sealed class SslStreamTlsTests() : TlsTests(Proxy.Tls.TlsEngines.SslStream);
