@@ -27,6 +27,12 @@ public sealed record TernHostOptions
 
     /// <summary>The folder holding config/appsettings.json: by default the one next to the binary.</summary>
     public string ContentRoot { get; init; } = AppContext.BaseDirectory;
+
+    /// <summary>Selects config/appsettings.{Environment}.json: by default DOTNET_ENVIRONMENT (or ASPNETCORE_ENVIRONMENT), else Production.</summary>
+    public string? EnvironmentName { get; init; } = Environment.GetEnvironmentVariable("DOTNET_ENVIRONMENT") ?? Environment.GetEnvironmentVariable("ASPNETCORE_ENVIRONMENT");
+
+    /// <summary>Extra logging set-up for hosts that embed Tern (tests capture its log this way).</summary>
+    public Action<ILoggingBuilder>? Logging { get; init; }
 }
 
 /// <summary>Builds and runs the proxy: Kestrel listeners, TLS, YARP, management and demo endpoints.</summary>
@@ -39,7 +45,7 @@ public static class TernHost
     public static async Task<int> RunAsync(string[] args)
     {
         var options = new TernHostOptions { Args = args, ConfigFile = Environment.GetEnvironmentVariable("TERN_CONFIG") };
-        var app = TryBuild(options, Console.Error, checkPorts: true);
+        var app = TryBuild(options, Console.Error);
         if (app is null)
         {
             return ConfigurationError;
@@ -53,8 +59,12 @@ public static class TernHost
             }
             catch (IOException ex)
             {
-                // A port taken between the check and the bind.
-                await Console.Error.WriteLineAsync($"error: Tern listeners: {ex.Message}");
+                // A port taken between the check and the bind, or held with SO_REUSEPORT.
+                var bound = app.Services.GetRequiredService<ActiveConfiguration>().Bound;
+                var key = bound.ListenerPorts().Where(p => ex.Message.Contains($":{p.Port}:", StringComparison.Ordinal) || ex.Message.Contains($":{p.Port} ", StringComparison.Ordinal))
+                    .Select(p => p.Key).FirstOrDefault() ?? "Tern listeners";
+                await Console.Error.WriteLineAsync($"error: {key}: {ex.Message}");
+                await Console.Error.WriteLineAsync("Tern did not start: a listener could not be bound.");
                 return ConfigurationError;
             }
 
@@ -67,7 +77,7 @@ public static class TernHost
     /// <summary>
     /// Builds the proxy, or writes one line per configuration problem to errors and returns null.
     /// </summary>
-    public static WebApplication? TryBuild(TernHostOptions options, TextWriter errors, bool checkPorts = true)
+    public static WebApplication? TryBuild(TernHostOptions options, TextWriter errors)
     {
         ArgumentNullException.ThrowIfNull(options);
         ArgumentNullException.ThrowIfNull(errors);
@@ -77,18 +87,19 @@ public static class TernHost
         {
             Args = [.. options.Args],
             ContentRootPath = options.ContentRoot,
-            EnvironmentName = Environment.GetEnvironmentVariable("DOTNET_ENVIRONMENT") ?? Environment.GetEnvironmentVariable("ASPNETCORE_ENVIRONMENT"),
+            EnvironmentName = options.EnvironmentName,
         });
         AddConfigurationSources(builder.Configuration, builder.Environment.EnvironmentName, options);
         builder.Logging.AddConfiguration(builder.Configuration.GetSection("Logging"));
         builder.Logging.AddConsole();
+        options.Logging?.Invoke(builder.Logging);
         builder.Services.AddRouting();
         builder.Services.AddMetrics();
         builder.WebHost.UseKestrelCore();
 
         var snapshot = ConfigurationSnapshot.TryLoad(builder.Configuration, out var found);
         var problems = found.ToList();
-        if (snapshot is not null && checkPorts)
+        if (snapshot is not null)
         {
             problems.AddRange(ListenerPorts.FindBusy(snapshot.Settings));
         }
@@ -142,11 +153,11 @@ public static class TernHost
         manager.Sources.Clear();
         IConfigurationBuilder configuration = manager;
         var folder = Path.Combine(options.ContentRoot, "config");
-        configuration.Add(new CheckedJsonFile(Path.Combine(folder, "appsettings.json"), optional: false));
-        configuration.Add(new CheckedJsonFile(Path.Combine(folder, $"appsettings.{environment}.json"), optional: true));
+        configuration.Add(new CheckedJsonFile(Path.Combine(folder, "appsettings.json"), "config/appsettings.json", optional: false));
+        configuration.Add(new CheckedJsonFile(Path.Combine(folder, $"appsettings.{environment}.json"), $"config/appsettings.{environment}.json", optional: true));
         if (!string.IsNullOrWhiteSpace(options.ConfigFile))
         {
-            configuration.Add(new CheckedJsonFile(options.ConfigFile, optional: false));
+            configuration.Add(new CheckedJsonFile(options.ConfigFile, $"TERN_CONFIG ({options.ConfigFile})", optional: false));
         }
 
         configuration.AddEnvironmentVariables();
@@ -163,6 +174,8 @@ public static class TernHost
         builder.Services.AddSingleton(active);
         builder.Services.AddSingleton(gate);
         builder.Services.AddSingleton(openSsl);
+        builder.Services.AddSingleton<ProxyConfigOutcome>();
+        builder.Services.AddSingleton<Yarp.ReverseProxy.Configuration.IConfigChangeListener>(s => s.GetRequiredService<ProxyConfigOutcome>());
         builder.Services.AddSingleton<TlsMetrics>();
         builder.Services.AddHostedService<ConfigurationReloader>();
         builder.Services.Configure<HostOptions>(o => o.ShutdownTimeout = settings.DrainTimeout);

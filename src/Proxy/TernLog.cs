@@ -38,6 +38,9 @@ internal static partial class TernLog
     [LoggerMessage(300, LogLevel.Information, "{Method} {Path} returned 499: the client closed the connection before the response (route {Route})")]
     public static partial void ClientClosedRequest(ILogger logger, string method, string path, string route);
 
+    [LoggerMessage(302, LogLevel.Warning, "{Method} {Path} was cut off: Tern:Shutdown:DrainTimeout ran out before it finished (route {Route})")]
+    public static partial void CutByShutdown(ILogger logger, string method, string path, string route);
+
     [LoggerMessage(301, LogLevel.Warning, "{Method} {Path} returned {Status}: {Reason} (route {Route}, cluster {Cluster}, destination {Destination})")]
     public static partial void UpstreamFailed(ILogger logger, string method, string path, int status, string reason, string route, string cluster, string destination);
 

@@ -11,11 +11,20 @@ namespace Tern.Proxy.Configuration;
 /// </summary>
 internal sealed class CheckedJsonFile : JsonConfigurationSource
 {
-    public CheckedJsonFile(string path, bool optional)
+    /// <param name="path">The file.</param>
+    /// <param name="label">How errors name it (config/appsettings.json, TERN_CONFIG (/path)).</param>
+    /// <param name="optional">Whether a missing file is fine.</param>
+    public CheckedJsonFile(string path, string label, bool optional)
     {
-        Path = System.IO.Path.GetFileName(path);
-        FileProvider = new Microsoft.Extensions.FileProviders.PhysicalFileProvider(System.IO.Path.GetDirectoryName(System.IO.Path.GetFullPath(path))!);
+        Label = label;
         FullPath = System.IO.Path.GetFullPath(path);
+        Path = System.IO.Path.GetFileName(FullPath);
+        var folder = System.IO.Path.GetDirectoryName(FullPath)!;
+
+        // A missing folder is reported as a problem of this file (see Error), never thrown.
+        FileProvider = Directory.Exists(folder)
+            ? new Microsoft.Extensions.FileProviders.PhysicalFileProvider(folder)
+            : new Microsoft.Extensions.FileProviders.NullFileProvider();
         Optional = optional;
         ReloadOnChange = true;
         OnLoadException = context => context.Ignore = true;
@@ -23,12 +32,14 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
 
     public string FullPath { get; }
 
+    public string Label { get; }
+
     public override IConfigurationProvider Build(IConfigurationBuilder builder) => new Provider(this);
 
     /// <summary>The files in a configuration whose last load failed, with the reason.</summary>
     internal static IEnumerable<ConfigurationProblem> Problems(IConfiguration configuration) =>
         configuration is IConfigurationRoot root
-            ? root.Providers.OfType<Provider>().Where(p => p.Error is not null).Select(p => new ConfigurationProblem(p.File.FullPath, p.Error!))
+            ? root.Providers.OfType<Provider>().Where(p => p.Error is not null).Select(p => new ConfigurationProblem(p.File.Label, p.Error!))
             : [];
 
     internal sealed class Provider(CheckedJsonFile file) : JsonConfigurationProvider(file)
@@ -38,7 +49,9 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
         private string? _parseError;
 
         /// <summary>Why the file's content is not in force, or null when it is.</summary>
-        public string? Error => !File.Optional && !System.IO.File.Exists(File.FullPath) ? "the file does not exist" : _parseError;
+        public string? Error => System.IO.File.Exists(File.FullPath) ? _parseError
+            : File.Optional ? null
+            : Directory.Exists(System.IO.Path.GetDirectoryName(File.FullPath)) ? "the file does not exist" : "the folder does not exist";
 
         protected override void Dispose(bool disposing)
         {

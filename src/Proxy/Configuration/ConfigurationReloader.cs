@@ -17,10 +17,12 @@ internal sealed class ConfigurationReloader(
     ActiveConfiguration active,
     ProxyConfigurationGate gate,
     OpenSslEngine openSsl,
+    ProxyConfigOutcome yarp,
     ILogger<ConfigurationReloader> logger) : IHostedService, IDisposable
 {
     // Editors and ConfigMap updates fire several change events per save; settle first.
     private static readonly TimeSpan s_settle = TimeSpan.FromMilliseconds(250);
+    private static readonly TimeSpan s_yarpVerdictTimeout = TimeSpan.FromSeconds(10);
     private readonly Lock _lock = new();
     private IDisposable? _subscription;
     private CertificateFileWatch? _certificates;
@@ -29,7 +31,12 @@ internal sealed class ConfigurationReloader(
     public Task StartAsync(CancellationToken cancellationToken)
     {
         _timer = new Timer(_ => Apply(), null, Timeout.Infinite, Timeout.Infinite);
-        _subscription = ChangeToken.OnChange(WatchAll, () => _timer.Change(s_settle, Timeout.InfiniteTimeSpan));
+        _subscription = ChangeToken.OnChange(live.GetReloadToken, Schedule);
+        lock (_lock)
+        {
+            WatchCertificates();
+        }
+
         return Task.CompletedTask;
     }
 
@@ -50,20 +57,34 @@ internal sealed class ConfigurationReloader(
         }
     }
 
-    /// <summary>Configuration sources and the certificate files in force: any change triggers a re-check.</summary>
-    private CompositeChangeToken WatchAll()
+    private void Schedule() => _timer?.Change(s_settle, Timeout.InfiniteTimeSpan);
+
+    /// <summary>Watches the certificate files of the configuration in force (called under the lock).</summary>
+    private void WatchCertificates()
     {
-        lock (_lock)
-        {
-            _certificates?.Dispose();
-            _certificates = new CertificateFileWatch(active.Current.Settings);
-            return new CompositeChangeToken([live.GetReloadToken(), _certificates.Token]);
-        }
+        _certificates?.Dispose();
+        _certificates = new CertificateFileWatch(active.Current.Settings);
+        _certificates.Token.RegisterChangeCallback(_ => Schedule(), null);
     }
 
     internal void Apply()
     {
         lock (_lock)
+        {
+            try
+            {
+                ApplyLocked();
+            }
+            finally
+            {
+                // Re-armed every time (a file token fires once), on the files now in force.
+                WatchCertificates();
+            }
+        }
+    }
+
+    private void ApplyLocked()
+    {
         {
             var snapshot = ConfigurationSnapshot.TryLoad(live, out var problems);
             if (snapshot is not null && active.Current.Settings.TlsEngine == TlsEngines.OpenSsl)
@@ -88,15 +109,9 @@ internal sealed class ConfigurationReloader(
                 return;
             }
 
-            var previous = active.Current.Settings;
-            foreach (var (key, port) in snapshot.Settings.ListenerPorts().Except(previous.ListenerPorts()))
+            foreach (var (key, value) in snapshot.Settings.StartOnlySettings().Except(active.Bound.StartOnlySettings()))
             {
-                TernLog.RestartNeeded(logger, key, port.ToString(System.Globalization.CultureInfo.InvariantCulture));
-            }
-
-            if (snapshot.Settings.TlsEngine != previous.TlsEngine)
-            {
-                TernLog.RestartNeeded(logger, "Tern:Tls:Engine", snapshot.Settings.TlsEngine);
+                TernLog.RestartNeeded(logger, key, value);
             }
 
             foreach (var key in snapshot.UnknownKeys)
@@ -104,8 +119,28 @@ internal sealed class ConfigurationReloader(
                 TernLog.UnknownSetting(logger, key);
             }
 
+            if (!snapshot.ReverseProxy.SequenceEqual(active.Current.ReverseProxy))
+            {
+                // YARP parses and validates routes and clusters itself: wait for its verdict, and
+                // put the last good section back if it said no.
+                var verdict = yarp.Expect();
+                gate.Publish(snapshot.ReverseProxy);
+                var failure = verdict.Wait(s_yarpVerdictTimeout) ? verdict.Result : new TimeoutException("YARP did not apply the routes and clusters in time");
+                if (failure is not null)
+                {
+                    var reasons = ProxyConfigOutcome.Reasons(failure).ToList();
+                    foreach (var reason in reasons)
+                    {
+                        TernLog.ReloadProblem(logger, ReverseProxyValidator.Section, reason);
+                    }
+
+                    gate.Publish(active.Current.ReverseProxy);
+                    TernLog.ReloadRejected(logger, reasons.Count);
+                    return;
+                }
+            }
+
             active.Replace(snapshot);
-            gate.Publish(snapshot.ReverseProxy);
             TernLog.Reloaded(logger, snapshot.Certificates.All.Count);
         }
     }

@@ -14,8 +14,6 @@ internal sealed class SettingReader(IConfiguration configuration)
 
     public List<ConfigurationProblem> Problems { get; } = [];
 
-    public IConfiguration Configuration => configuration;
-
     public void Add(string key, string message) => Problems.Add(new ConfigurationProblem(key, message));
 
     public string? String(string key)
@@ -59,7 +57,10 @@ internal sealed class SettingReader(IConfiguration configuration)
         return value;
     }
 
-    /// <summary>A positive duration written as hh:mm:ss (or d.hh:mm:ss, or a number of seconds).</summary>
+    /// <summary>Longest duration any setting accepts; beyond it timers overflow and nothing sensible waits that long.</summary>
+    public static readonly TimeSpan MaxDuration = TimeSpan.FromDays(1);
+
+    /// <summary>A positive duration up to one day, written as hh:mm:ss (or d.hh:mm:ss, or a number of seconds).</summary>
     public TimeSpan Duration(string key, TimeSpan fallback)
     {
         var text = String(key);
@@ -68,18 +69,24 @@ internal sealed class SettingReader(IConfiguration configuration)
             return fallback;
         }
 
-        if (double.TryParse(text, NumberStyles.Float, CultureInfo.InvariantCulture, out var seconds) && seconds > 0 && seconds < TimeSpan.MaxValue.TotalSeconds)
+        TimeSpan value;
+        if (double.TryParse(text, NumberStyles.Float, CultureInfo.InvariantCulture, out var seconds) && seconds > 0)
         {
-            return TimeSpan.FromSeconds(seconds);
+            value = seconds > MaxDuration.TotalSeconds ? TimeSpan.MaxValue : TimeSpan.FromSeconds(seconds);
+        }
+        else if (!TimeSpan.TryParse(text, CultureInfo.InvariantCulture, out value) || value <= TimeSpan.Zero)
+        {
+            Add(key, $"'{text}' is not a positive duration (hh:mm:ss, e.g. 00:00:30)");
+            return fallback;
         }
 
-        if (TimeSpan.TryParse(text, CultureInfo.InvariantCulture, out var value) && value > TimeSpan.Zero)
+        if (value > MaxDuration)
         {
-            return value;
+            Add(key, $"'{text}' is longer than the maximum of {MaxDuration:c}");
+            return fallback;
         }
 
-        Add(key, $"'{text}' is not a positive duration (hh:mm:ss, e.g. 00:00:30)");
-        return fallback;
+        return value;
     }
 
     /// <summary>The values of an array setting (key:0, key:1, ...), in order.</summary>

@@ -30,7 +30,7 @@ public sealed record TernSettings
 
     public IReadOnlyList<IPNetwork> TrustedProxies { get; init; } = [];
 
-    public TimeSpan ConnectTimeout { get; init; } = TimeSpan.FromSeconds(1);
+    public TimeSpan ConnectTimeout { get; init; } = TimeSpan.FromMilliseconds(800);
 
     public TimeSpan DrainTimeout { get; init; } = TimeSpan.FromSeconds(30);
 
@@ -77,6 +77,24 @@ public sealed record TernSettings
         if (DemoEnabled)
         {
             yield return ("Tern:Demo:Port", DemoPort);
+        }
+    }
+
+    /// <summary>Settings applied at start only (listeners, engine, drain), as key and value text.</summary>
+    internal IEnumerable<(string Key, string Value)> StartOnlySettings()
+    {
+        foreach (var (key, port) in ListenerPorts())
+        {
+            yield return (key, port.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        yield return ("Tern:Demo:Enabled", DemoEnabled ? "true" : "false");
+        yield return ("Tern:Tls:Engine", TlsEngine);
+        yield return ("Tern:Shutdown:DrainTimeout", DrainTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
+        yield return ("Tern:Forwarding:ConnectTimeout", ConnectTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
+        if (TlsEngine == TlsEngines.SslStream)
+        {
+            yield return ("Tern:Tls:HandshakeTimeout", HandshakeTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
         }
     }
 

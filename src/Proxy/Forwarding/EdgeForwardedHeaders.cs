@@ -30,6 +30,10 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
 
     public void Apply(TransformBuilderContext context)
     {
+        // First of all transforms, so that a route's own X-Forwarded transform (Append, say) never
+        // passes on what an untrusted client claimed.
+        context.RequestTransforms.Insert(0, new UntrustedForwardedHeaders(active));
+
         // A route with its own X-Forwarded or Forwarded transform has already turned the defaults off.
         if (context.UseDefaultForwarders ?? true)
         {
@@ -44,23 +48,58 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         }
     }
 
+    private static bool FromTrustedProxy(RequestTransformContext context, ActiveConfiguration active)
+    {
+        var client = context.HttpContext.Connection.RemoteIpAddress;
+        var networks = active.Current.Settings.TrustedProxies;
+        if (client is null || networks.Count == 0)
+        {
+            return false;
+        }
+
+        var address = client.IsIPv4MappedToIPv6 ? client.MapToIPv4() : client;
+        foreach (var network in networks)
+        {
+            if (network.Contains(address))
+            {
+                return true;
+            }
+        }
+
+        return false;
+    }
+
+    /// <summary>Drops every forwarding header a client not in TrustedProxies sent.</summary>
+    private sealed class UntrustedForwardedHeaders(ActiveConfiguration active) : RequestTransform
+    {
+        public override ValueTask ApplyAsync(RequestTransformContext context)
+        {
+            if (!FromTrustedProxy(context, active))
+            {
+                TakeHeader(context, ForwardedFor);
+                TakeHeader(context, ForwardedProto);
+                TakeHeader(context, ForwardedHost);
+                TakeHeader(context, ForwardedPrefix);
+                TakeHeader(context, Forwarded);
+            }
+
+            return ValueTask.CompletedTask;
+        }
+    }
+
     private sealed class ClientForwardedHeaders(ActiveConfiguration active) : RequestTransform
     {
         public override ValueTask ApplyAsync(RequestTransformContext context)
         {
             var request = context.HttpContext.Request;
             var client = context.HttpContext.Connection.RemoteIpAddress;
-            var trusted = client is not null && IsTrusted(client, active.Current.Settings.TrustedProxies);
+            var trusted = FromTrustedProxy(context, active);
 
+            // From an untrusted client these are already gone (UntrustedForwardedHeaders).
             var incomingFor = TakeHeader(context, ForwardedFor);
             var incomingProto = TakeHeader(context, ForwardedProto);
             var incomingHost = TakeHeader(context, ForwardedHost);
             TakeHeader(context, ForwardedPrefix);
-            if (!trusted)
-            {
-                // An untrusted client could otherwise claim any address through RFC 7239 too.
-                TakeHeader(context, Forwarded);
-            }
 
             var clientText = client is null ? "unknown" : (client.IsIPv4MappedToIPv6 ? client.MapToIPv4() : client).ToString();
             AddHeader(context, ForwardedFor, trusted && !StringValues.IsNullOrEmpty(incomingFor) ? StringValues.Concat(incomingFor, clientText) : clientText);
@@ -76,25 +115,6 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             }
 
             return ValueTask.CompletedTask;
-        }
-
-        private static bool IsTrusted(IPAddress client, IReadOnlyList<IPNetwork> networks)
-        {
-            if (networks.Count == 0)
-            {
-                return false;
-            }
-
-            var address = client.IsIPv4MappedToIPv6 ? client.MapToIPv4() : client;
-            foreach (var network in networks)
-            {
-                if (network.Contains(address))
-                {
-                    return true;
-                }
-            }
-
-            return false;
         }
     }
 }

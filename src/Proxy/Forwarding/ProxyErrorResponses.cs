@@ -29,6 +29,12 @@ internal static class ProxyErrorResponses
 
         var proxy = context.GetReverseProxyFeature();
         var route = proxy.Route.Config.RouteId;
+        if (context.RequestServices.GetRequiredService<Microsoft.Extensions.Hosting.IHostApplicationLifetime>().ApplicationStopping.IsCancellationRequested && context.RequestAborted.IsCancellationRequested)
+        {
+            TernLog.CutByShutdown(Logger(context), context.Request.Method, context.Request.Path, route);
+            return;
+        }
+
         if (context.RequestAborted.IsCancellationRequested || error.Error is ForwarderError.RequestCanceled or ForwarderError.RequestBodyCanceled or ForwarderError.ResponseBodyCanceled or ForwarderError.UpgradeRequestCanceled or ForwarderError.UpgradeResponseCanceled)
         {
             if (!context.Response.HasStarted)
@@ -64,7 +70,9 @@ internal static class ProxyErrorResponses
             return (StatusCodes.Status503ServiceUnavailable, $"cluster '{cluster}' has no available destination");
         }
 
-        if (error == ForwarderError.RequestTimedOut)
+        // YARP reports an expired ConnectTimeout as RequestTimedOut; it is a connection failure (502).
+        var connectTimedOut = Find<TimeoutException>(exception) is not null;
+        if (error == ForwarderError.RequestTimedOut && !connectTimedOut)
         {
             return (StatusCodes.Status504GatewayTimeout, $"the upstream of cluster '{cluster}' did not respond in time");
         }
@@ -76,7 +84,7 @@ internal static class ProxyErrorResponses
             SocketError.HostUnreachable or SocketError.NetworkUnreachable => "the upstream is unreachable",
             SocketError.HostNotFound or SocketError.NoData or SocketError.TryAgain => "the upstream's host name does not resolve",
             SocketError.ConnectionReset or SocketError.ConnectionAborted => "the upstream closed the connection",
-            _ when Find<TimeoutException>(exception) is not null => "the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout",
+            _ when connectTimedOut => "the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout",
             _ when error is ForwarderError.ResponseHeaders => "the upstream sent an invalid response",
             _ => "the upstream could not be reached",
         };

@@ -10,9 +10,10 @@ namespace Tern.Proxy.Forwarding;
 /// </summary>
 internal sealed class UpstreamHttpClientFactory(ActiveConfiguration active) : ForwarderHttpClientFactory
 {
+    // Start-only (see TernSettings.StartOnlySettings): YARP rebuilds a client only when its cluster changes.
     protected override void ConfigureHandler(ForwarderHttpClientContext context, SocketsHttpHandler handler)
     {
         base.ConfigureHandler(context, handler);
-        handler.ConnectTimeout = active.Current.Settings.ConnectTimeout;
+        handler.ConnectTimeout = active.Bound.ConnectTimeout;
     }
 }

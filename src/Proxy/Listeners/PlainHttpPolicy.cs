@@ -12,8 +12,8 @@ internal static class PlainHttpPolicy
 {
     public static Task InvokeAsync(HttpContext context, Func<Task> next)
     {
-        var settings = context.RequestServices.GetRequiredService<ActiveConfiguration>().Current.Settings;
-        if (context.Connection.LocalPort != settings.HttpPort || AllowsPlainHttp(context))
+        var active = context.RequestServices.GetRequiredService<ActiveConfiguration>();
+        if (context.Connection.LocalPort != active.Bound.HttpPort || AllowsPlainHttp(context))
         {
             return next();
         }
@@ -25,7 +25,8 @@ internal static class PlainHttpPolicy
             return context.Response.WriteAsync("400 Bad Request: a Host header is required\n");
         }
 
-        var port = settings.RedirectHttpsPort == 443 ? null : (int?)settings.RedirectHttpsPort;
+        var redirectPort = active.Current.Settings.RedirectHttpsPort;
+        var port = redirectPort == 443 ? null : (int?)redirectPort;
         var host = port is null ? new HostString(request.Host.Host) : new HostString(request.Host.Host, port.Value);
         context.Response.StatusCode = StatusCodes.Status308PermanentRedirect;
         context.Response.Headers.Location = $"https://{host.ToUriComponent()}{request.PathBase.ToUriComponent()}{request.Path.ToUriComponent()}{request.QueryString.ToUriComponent()}";

@@ -30,8 +30,8 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         using var downloader = tern.CreateClient();
         using var client = tern.CreateClient();
 
-        // 40 chunks of 64 KB, one every 50 ms: about two seconds on the wire.
-        using var download = await downloader.GetAsync(new Uri("/a/stream/40/50", UriKind.Relative), HttpCompletionOption.ResponseHeadersRead);
+        // The upstream sends half of 40 chunks of 64 KB, then holds the response open.
+        using var download = await downloader.GetAsync(new Uri("/a/hold/40", UriKind.Relative), HttpCompletionOption.ResponseHeadersRead);
         var body = await download.Content.ReadAsStreamAsync();
         var received = new MemoryStream();
         var buffer = new byte[64 * 1024];
@@ -41,6 +41,8 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         await tern.RewriteConfigAsync(config.ToJson());
         Assert.Equal("second", await EventuallyAsync(client, "/b/name", "second"));
 
+        // Only now may the download finish, on the connection opened before the reload.
+        _first.Release.SetResult();
         await body.CopyToAsync(received);
         Assert.Equal(40 * 64 * 1024, received.Length);
         var expected = new MemoryStream();
@@ -62,12 +64,13 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         // A route to a cluster that does not exist, then a half-written file: both refused.
         var broken = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Route("b", "missing", "/b/{**rest}").Cluster("first", [_first]);
         await tern.RewriteConfigAsync(broken.ToJson());
-        await Task.Delay(1000);
+        await tern.Logs.WaitForAsync("Configuration reload: ReverseProxy:Routes:b:ClusterId: cluster 'missing' is not defined");
+        await tern.Logs.WaitForAsync("Configuration reload rejected (1 problem(s))");
         Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
         Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);
 
         await tern.RewriteConfigAsync("{ \"ReverseProxy\": { \"Routes\": ");
-        await Task.Delay(1000);
+        await tern.Logs.WaitForAsync("Configuration reload: config/appsettings.json: not valid JSON");
         Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
 
         // A valid change after the broken ones is applied.
@@ -126,6 +129,55 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
 
         Assert.NotEqual(original.Thumbprint, renewed.Thumbprint);
         Assert.Equal(renewed.Thumbprint, seen);
+    }
+
+    [Fact]
+    public async Task Reload_RoutesYarpRejects_AreLoggedAndTheLastGoodStay()
+    {
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        var rejected = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Route("b", "second", "/b/{**rest}", PrefixRemoved("/b"))
+            .Cluster("first", [_first]).Cluster("second", [_second], new System.Text.Json.Nodes.JsonObject { ["LoadBalancingPolicy"] = "Nope" });
+        await tern.RewriteConfigAsync(rejected.ToJson());
+
+        await tern.Logs.WaitForAsync("Configuration reload: ReverseProxy: ");
+        await tern.Logs.WaitForAsync("Configuration reload rejected");
+        Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains("Configuration reloaded", StringComparison.Ordinal));
+        Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
+        Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);
+    }
+
+    [Fact]
+    public async Task Reload_CertificateMovedThenRenewedInPlace_IsPickedUp()
+    {
+        var one = Directory.CreateTempSubdirectory("tern-one-").FullName;
+        var two = Directory.CreateTempSubdirectory("tern-two-").FullName;
+        var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", TestPki.Create("site", ["localhost"], two), []));
+        await using var tern = await TernInstance.StartAsync(config);
+
+        var moved = TestPki.Create("site", ["localhost"], one);
+        config.Certificates(("site", moved, []));
+        await tern.RewriteConfigAsync(config.ToJson());
+        Assert.Equal(moved.Thumbprint, await EventuallyServedAsync(tern, moved.Thumbprint));
+
+        // The watch now follows the new folder: renewing there in place is seen too.
+        var renewed = TestPki.Create("site", ["localhost"], one);
+        Assert.Equal(renewed.Thumbprint, await EventuallyServedAsync(tern, renewed.Thumbprint));
+    }
+
+    private static async Task<string?> EventuallyServedAsync(TernInstance tern, string thumbprint)
+    {
+        string? seen = null;
+        for (var i = 0; i < 100 && seen != thumbprint; i++)
+        {
+            await Task.Delay(100);
+            using var client = tern.CreateClient(certificateSeen: c => seen = c.Thumbprint);
+            await client.GetStringAsync(new Uri("/name", UriKind.Relative));
+        }
+
+        return seen;
     }
 
     private static System.Text.Json.Nodes.JsonObject PrefixRemoved(string prefix) => new()

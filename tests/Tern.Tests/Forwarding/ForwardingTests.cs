@@ -29,6 +29,12 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
                 new JsonObject { ["PathRemovePrefix"] = "/dest-host" },
                 new JsonObject { ["RequestHeaderOriginalHost"] = "false" }),
         });
+        config.Route("append", "app", "/append/{**rest}", new JsonObject
+        {
+            ["Transforms"] = new JsonArray(
+                new JsonObject { ["PathRemovePrefix"] = "/append" },
+                new JsonObject { ["X-Forwarded"] = "Append" }),
+        });
         _tern = await TernInstance.StartAsync(config);
     }
 
@@ -208,6 +214,62 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.Equal("502 Bad Gateway: the upstream refused the connection (cluster 'dead')\n", await response.Content.ReadAsStringAsync());
         Assert.StartsWith("text/plain", response.Content.Headers.ContentType!.ToString(), StringComparison.Ordinal);
         Assert.True(watch.Elapsed < TimeSpan.FromSeconds(1), $"took {watch.Elapsed}");
+    }
+
+    [Fact]
+    public async Task UpstreamUnreachable_Returns502WithinOneSecondWithReason()
+    {
+        // A listener whose accept queue is full drops further SYNs, like a host that never answers.
+        using var blackhole = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+        blackhole.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        blackhole.Listen(0);
+        var address = (IPEndPoint)blackhole.LocalEndPoint!;
+        var fillers = new List<System.Net.Sockets.Socket>();
+        for (var i = 0; i < 4; i++)
+        {
+            var filler = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp) { Blocking = false };
+            try
+            {
+                filler.Connect(address);
+            }
+            catch (System.Net.Sockets.SocketException)
+            {
+            }
+
+            fillers.Add(filler);
+        }
+
+        var config = new TernConfig(engine).Route("all", "dark", "{**any}").Cluster("dark", [$"http://127.0.0.1:{address.Port}/"]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        var watch = Stopwatch.StartNew();
+        using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
+        watch.Stop();
+        fillers.ForEach(f => f.Dispose());
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        Assert.Equal("502 Bad Gateway: the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout (cluster 'dark')\n", await response.Content.ReadAsStringAsync());
+        Assert.True(watch.Elapsed < TimeSpan.FromSeconds(1), $"took {watch.Elapsed}");
+    }
+
+    [Fact]
+    public async Task Headers_RouteWithOwnXForwardedAppend_StillDropsUntrustedClaims()
+    {
+        using var client = _tern.CreateClient();
+        using var request = new HttpRequestMessage(HttpMethod.Get, new Uri("/append/headers", UriKind.Relative));
+        request.Headers.Add("X-Forwarded-For", "6.6.6.6");
+        request.Headers.Add("X-Forwarded-Proto", "gopher");
+        request.Headers.Add("Forwarded", "for=6.6.6.6");
+
+        using var response = await client.SendAsync(request);
+        var headers = TestUpstream.ParseHeaders(await response.Content.ReadAsStringAsync());
+
+        // The route's own transform formats the address its way; what matters is that the claim is gone.
+        Assert.EndsWith("127.0.0.1", headers["X-Forwarded-For"], StringComparison.Ordinal);
+        Assert.DoesNotContain("6.6.6.6", headers["X-Forwarded-For"], StringComparison.Ordinal);
+        Assert.Equal("https", headers["X-Forwarded-Proto"]);
+        Assert.False(headers.ContainsKey("Forwarded"));
     }
 
     [Fact]

@@ -10,12 +10,16 @@ public sealed class TernInstance : IAsyncDisposable
 {
     private readonly WebApplication _app;
 
-    private TernInstance(WebApplication app, TernConfig config, string folder)
+    private TernInstance(WebApplication app, TernConfig config, string folder, LogCapture logs)
     {
         _app = app;
         Config = config;
         Folder = folder;
+        Logs = logs;
     }
+
+    /// <summary>What this Tern logged (Tern's own lines at Information and up, everyone's warnings).</summary>
+    public LogCapture Logs { get; }
 
     public TernConfig Config { get; }
 
@@ -24,16 +28,18 @@ public sealed class TernInstance : IAsyncDisposable
 
     public IServiceProvider Services => _app.Services;
 
-    public static async Task<TernInstance> StartAsync(TernConfig config)
+    public static async Task<TernInstance> StartAsync(TernConfig config, Func<TernHostOptions, TernHostOptions>? options = null)
     {
         var folder = Directory.CreateTempSubdirectory("tern-test-").FullName;
         Directory.CreateDirectory(Path.Combine(folder, "config"));
         await File.WriteAllTextAsync(Path.Combine(folder, "config", "appsettings.json"), config.ToJson());
         var errors = new StringWriter();
-        var app = TernHost.TryBuild(new TernHostOptions { ContentRoot = folder }, errors)
+        var logs = new LogCapture();
+        var hostOptions = new TernHostOptions { ContentRoot = folder, EnvironmentName = "Test", Logging = l => l.AddProvider(logs) };
+        var app = TernHost.TryBuild(options?.Invoke(hostOptions) ?? hostOptions, errors)
             ?? throw new InvalidOperationException($"Tern did not build:\n{errors}");
         await app.StartAsync();
-        return new TernInstance(app, config, folder);
+        return new TernInstance(app, config, folder, logs);
     }
 
     /// <summary>Replaces the watched settings file, as an operator editing it would.</summary>

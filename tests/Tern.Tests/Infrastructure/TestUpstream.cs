@@ -24,6 +24,9 @@ public sealed class TestUpstream : IAsyncDisposable
 
     public int Requests => Volatile.Read(ref _requests);
 
+    /// <summary>Completing this lets every /hold download send its second half.</summary>
+    public TaskCompletionSource Release { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
     /// <summary>A deterministic byte pattern, so that any corruption or reordering shows.</summary>
     public static byte[] Pattern(int length)
     {
@@ -85,6 +88,22 @@ public sealed class TestUpstream : IAsyncDisposable
                 await context.Response.Body.WriteAsync(chunk, context.RequestAborted);
                 await context.Response.Body.FlushAsync(context.RequestAborted);
                 await Task.Delay(delay, context.RequestAborted);
+            }
+        });
+        // Half of count chunks of 64 KB, then waits for Release, then the other half.
+        app.MapGet("/hold/{count:int}", async (int count, HttpContext context) =>
+        {
+            var chunk = Pattern(64 * 1024);
+            context.Response.ContentLength = (long)count * chunk.Length;
+            for (var i = 0; i < count; i++)
+            {
+                if (i == count / 2)
+                {
+                    await upstream.Release.Task.WaitAsync(context.RequestAborted);
+                }
+
+                await context.Response.Body.WriteAsync(chunk, context.RequestAborted);
+                await context.Response.Body.FlushAsync(context.RequestAborted);
             }
         });
         app.Map("/ws", async context =>

@@ -20,6 +20,10 @@ public abstract class ProcessTests(string engine)
         { "port not a number", "Tern__Management__Port=nine", "error: Tern:Management:Port: 'nine' is not a port number (1-65535)" },
         { "bad duration", "Tern__Shutdown__DrainTimeout=soon", "error: Tern:Shutdown:DrainTimeout: 'soon' is not a positive duration" },
         { "unknown engine", "Tern__Tls__Engine=BoringSsl", "error: Tern:Tls:Engine: 'BoringSsl' is not a TLS engine" },
+        { "duration too long", "Tern__Tls__HandshakeTimeout=99999999", "error: Tern:Tls:HandshakeTimeout: '99999999' is longer than the maximum of 1.00:00:00" },
+        { "TERN_CONFIG in a missing folder", "TERN_CONFIG=/nonexistent/folder/tern.json", "error: TERN_CONFIG (/nonexistent/folder/tern.json): the folder does not exist" },
+        { "TERN_CONFIG missing", "TERN_CONFIG=/tmp/tern-no-such-file.json", "error: TERN_CONFIG (/tmp/tern-no-such-file.json): the file does not exist" },
+        { "ticket keys of the wrong size", "Tern__Tls__SessionTicketKeys=/etc/hostname", "error: Tern:Tls:SessionTicketKeys: '/etc/hostname' holds" },
     };
 
     [Theory]
@@ -124,6 +128,27 @@ public abstract class ProcessTests(string engine)
     }
 
     [Fact]
+    public async Task Sigterm_RequestLongerThanDrainTimeout_IsCutAndProcessExitsZero()
+    {
+        await using var app = await TestUpstream.StartAsync("app");
+        var environment = FreePorts();
+        environment["Tern__Demo__Enabled"] = "false";
+        environment["Tern__Shutdown__DrainTimeout"] = "00:00:01";
+        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = app.Address.ToString();
+        await using var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
+        using var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+        var inFlight = client.GetAsync(new Uri("/slow/20000", UriKind.Relative));
+        await Task.Delay(500);
+
+        tern.Terminate();
+
+        Assert.Equal(0, await tern.WaitForExitAsync(TimeSpan.FromSeconds(10)));
+        await Assert.ThrowsAnyAsync<Exception>(() => inFlight);
+        Assert.Contains("GET /slow/20000 was cut off: Tern:Shutdown:DrainTimeout ran out", tern.Output, StringComparison.Ordinal);
+    }
+
+    [Fact]
     public async Task ClientGoneBeforeResponse_IsLoggedAs499()
     {
         await using var app = await TestUpstream.StartAsync("app");
@@ -167,8 +192,12 @@ public sealed class ShippedDefaultsTests
     [Fact]
     public async Task ShippedDefaults_DemoAnswersThroughTlsAndYarp()
     {
+        // The default ports must be free, or another process would answer in Tern's place.
+        var listening = System.Net.NetworkInformation.IPGlobalProperties.GetIPGlobalProperties().GetActiveTcpListeners().Select(l => l.Port).ToHashSet();
+        Assert.DoesNotContain(listening, p => p is 8443 or 8080 or 9090 or 8081);
         await using var tern = TernProcess.Start(new Dictionary<string, string>());
         await tern.WaitUntilServingAsync(9090);
+        Assert.Contains("Tern listening: HTTPS 8443, HTTP 8080 (redirects to HTTPS 8443), management 9090", tern.Output, StringComparison.Ordinal);
 
         var (exit, output) = await Tool.RunAsync("curl", ["-sS", "-k", "https://localhost:8443/anything?x=1", "-d", "hello"]);
 

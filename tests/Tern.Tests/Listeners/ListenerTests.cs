@@ -64,6 +64,45 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
     }
 
     [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task Demo_EnabledSetting_TurnsTheEchoListenerOnAndOff(bool enabled)
+    {
+        var demoPort = FreePort.Next();
+        var config = TernConfig.To(engine, _upstream);
+        config.Tern["Demo"] = new JsonObject { ["Enabled"] = enabled, ["Port"] = demoPort };
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreatePlainClient(demoPort, host: "127.0.0.1");
+
+        if (enabled)
+        {
+            Assert.Contains("\"server\": \"tern-demo\"", await client.GetStringAsync(new Uri("/x", UriKind.Relative)), StringComparison.Ordinal);
+        }
+        else
+        {
+            var error = await Assert.ThrowsAsync<HttpRequestException>(() => client.GetAsync(new Uri("/x", UriKind.Relative)));
+            Assert.Equal(System.Net.Sockets.SocketError.ConnectionRefused, (error.InnerException as System.Net.Sockets.SocketException)?.SocketErrorCode);
+        }
+    }
+
+    [Fact]
+    public async Task Reload_ChangingHttpPort_KeepsRedirectingOnTheBoundPort()
+    {
+        var config = TernConfig.To(engine, _upstream);
+        await using var tern = await TernInstance.StartAsync(config);
+        var otherPort = FreePort.Next();
+        config.Tern["Http"]!["Port"] = otherPort;
+        await tern.RewriteConfigAsync(config.ToJson());
+        await tern.Logs.WaitForAsync($"Tern:Http:Port changed to {otherPort}");
+
+        using var plain = tern.CreatePlainClient(config.HttpPort);
+        using var secure = tern.CreateClient();
+
+        Assert.Equal(HttpStatusCode.PermanentRedirect, (await plain.GetAsync(new Uri("/name", UriKind.Relative))).StatusCode);
+        Assert.Equal("up", await secure.GetStringAsync(new Uri("/name", UriKind.Relative)));
+    }
+
+    [Theory]
     [InlineData("/healthz", HttpStatusCode.OK, "ok\n")]
     [InlineData("/readyz", HttpStatusCode.OK, "ready\n")]
     [InlineData("/metricz", HttpStatusCode.NotFound, "not found: the management port serves /healthz and /readyz\n")]

@@ -90,9 +90,10 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
     [Fact]
     public async Task Openssl_Tls10_IsRefused()
     {
-        var (exit, _) = await Tool.RunAsync("openssl", ["s_client", "-connect", $"127.0.0.1:{_tern.Config.HttpsPort}", "-tls1", "-cipher", "DEFAULT@SECLEVEL=0"], input: "Q\n");
+        var (exit, output) = await Tool.RunAsync("openssl", ["s_client", "-connect", $"127.0.0.1:{_tern.Config.HttpsPort}", "-tls1", "-cipher", "DEFAULT@SECLEVEL=0"], input: "Q\n");
 
         Assert.NotEqual(0, exit);
+        Assert.Contains("alert protocol version", output, StringComparison.Ordinal);
         using var client = _tern.CreateClient();
         Assert.Equal(HttpStatusCode.OK, (await client.GetAsync(new Uri("/name", UriKind.Relative))).StatusCode);
     }

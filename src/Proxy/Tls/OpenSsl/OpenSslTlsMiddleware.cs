@@ -34,7 +34,10 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
         {
             metrics.HandshakeFailed(elapsed, failure.Split(':')[0]);
             TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", failure);
-            context.Abort(new ConnectionAbortedException($"TLS handshake failed: {failure}"));
+
+            // Close gracefully, so that the alert OpenSSL wrote (protocol_version, ...) reaches the
+            // client before the FIN; an abort could drop it from the send buffer.
+            await context.Transport.Output.CompleteAsync();
             return;
         }
 
