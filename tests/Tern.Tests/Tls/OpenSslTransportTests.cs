@@ -1,0 +1,375 @@
+using System.Net;
+using System.Net.Security;
+using System.Net.Sockets;
+using System.Security.Cryptography;
+using System.Text;
+using Tern.Proxy.Tls;
+using Tern.Tests.Infrastructure;
+
+namespace Tern.Tests.Tls;
+
+/// <summary>The OpenSSL transport under the traffic that breaks direct-decrypt designs, and under bad input.</summary>
+public sealed class OpenSslTransportTests : IAsyncLifetime
+{
+    private TestUpstream _upstream = null!;
+    private TernInstance _tern = null!;
+    private TlsMeterReader _meter = null!;
+
+    public async Task InitializeAsync()
+    {
+        _upstream = await TestUpstream.StartAsync();
+        var config = TernConfig.To(TlsEngines.OpenSsl, _upstream);
+        config.Tls["HandshakeTimeout"] = "00:00:01";
+        _tern = await TernInstance.StartAsync(config);
+        _meter = new TlsMeterReader(_tern);
+    }
+
+    public async Task DisposeAsync()
+    {
+        _meter.Dispose();
+        await _tern.DisposeAsync();
+        await _upstream.DisposeAsync();
+    }
+
+    [Fact]
+    public async Task Http2_HundredConcurrentStreamsOfOneMegabyteEachWay_ArriveByteForByte()
+    {
+        using var client = _tern.CreateClient(version: HttpVersion.Version20);
+        var bodies = Enumerable.Range(0, 120).Select(i => TestUpstream.Pattern(1024 * 1024 + i)).ToArray();
+
+        var responses = await Task.WhenAll(bodies.Select(async body =>
+        {
+            using var response = await client.PostAsync(new Uri("/echo", UriKind.Relative), new ByteArrayContent(body));
+            Assert.Equal(HttpVersion.Version20, response.Version);
+            return await response.Content.ReadAsByteArrayAsync();
+        }));
+
+        for (var i = 0; i < bodies.Length; i++)
+        {
+            Assert.Equal(SHA256.HashData(bodies[i]), SHA256.HashData(responses[i]));
+        }
+    }
+
+    [Fact]
+    public async Task Http11_PipelinedRequests_AreAnsweredInOrder()
+    {
+        await using var tls = await ConnectAsync("http/1.1");
+        var pipeline = string.Concat(Enumerable.Range(0, 5).Select(i => $"GET /bytes/{100 + i} HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+
+        await tls.WriteAsync(Encoding.ASCII.GetBytes(pipeline));
+        var received = await ReadUntilAsync(tls, text => CountOf(text, "HTTP/1.1 200") == 5 && text.EndsWith(Encoding.Latin1.GetString(TestUpstream.Pattern(104)), StringComparison.Ordinal));
+
+        var lengths = received.Split("Content-Length: ").Skip(1).Select(s => int.Parse(s[..s.IndexOf('\r', StringComparison.Ordinal)], System.Globalization.CultureInfo.InvariantCulture));
+        Assert.Equal([100, 101, 102, 103, 104], lengths);
+    }
+
+    [Fact]
+    public async Task Request_OneCiphertextBytePerTcpSegment_ArrivesWhole()
+    {
+        var body = TestUpstream.Pattern(2000);
+        await using var tls = await ConnectAsync("http/1.1", trickle: true);
+        var request = Encoding.ASCII.GetBytes($"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: {body.Length}\r\n\r\n").Concat(body).ToArray();
+
+        await tls.WriteAsync(request);
+        var received = await ReadUntilAsync(tls, text => text.EndsWith(Encoding.Latin1.GetString(body), StringComparison.Ordinal));
+
+        Assert.StartsWith("HTTP/1.1 200", received, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task Download_TenMegabytes_GoesDirectIntoPipeMemory()
+    {
+        using var client = _tern.CreateClient();
+        var body = TestUpstream.Pattern(10 * 1024 * 1024);
+
+        using var response = await client.PostAsync(new Uri("/echo", UriKind.Relative), new ByteArrayContent(body));
+        var echoed = await response.Content.ReadAsByteArrayAsync();
+
+        Assert.Equal(SHA256.HashData(body), SHA256.HashData(echoed));
+        var decrypted = _meter.Total("tern.tls.bytes", "tern.tls.direction=decrypt");
+        var encrypted = _meter.Total("tern.tls.bytes", "tern.tls.direction=encrypt");
+        var direct = _meter.Total("tern.tls.bytes", "tern.tls.path=direct");
+        var indirect = _meter.Total("tern.tls.bytes", "tern.tls.path=spill") + _meter.Total("tern.tls.bytes", "tern.tls.path=carry") + _meter.Total("tern.tls.bytes", "tern.tls.path=copy");
+        Assert.True(decrypted >= body.Length, $"decrypted {decrypted}");
+        Assert.True(encrypted >= body.Length, $"encrypted {encrypted}");
+        Assert.True(direct >= 0.999 * (decrypted + encrypted), $"direct {direct} of {decrypted + encrypted}; spill/carry/copy {indirect}");
+    }
+
+    [Theory]
+    [InlineData("-tls1_2")]
+    [InlineData("-tls1_3")]
+    public async Task Resumption_OpensslSessionFromOneReplica_IsReusedOnTheOther(string version)
+    {
+        var folder = Directory.CreateTempSubdirectory("tern-tickets-").FullName;
+        var keys = Path.Combine(folder, "ticket.keys");
+        await File.WriteAllBytesAsync(keys, RandomNumberGenerator.GetBytes(2 * 80));
+        var session = Path.Combine(folder, "session.pem");
+        await using var first = await StartReplicaAsync(keys);
+        await using var second = await StartReplicaAsync(keys);
+
+        // A whole request, read to the end: TLS 1.3 tickets arrive after the handshake.
+        const string request = "GET /name HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+        var (_, fresh) = await Tool.RunAsync("openssl", ["s_client", "-connect", $"127.0.0.1:{first.Config.HttpsPort}", version, "-ign_eof", "-sess_out", session], input: request);
+        var (_, again) = await Tool.RunAsync("openssl", ["s_client", "-connect", $"127.0.0.1:{first.Config.HttpsPort}", version, "-ign_eof", "-sess_in", session], input: request);
+        var (_, replica) = await Tool.RunAsync("openssl", ["s_client", "-connect", $"127.0.0.1:{second.Config.HttpsPort}", version, "-ign_eof", "-sess_in", session], input: request);
+
+        Assert.Contains("New, TLSv1.", fresh, StringComparison.Ordinal);
+        Assert.Contains("Reused, TLSv1.", again, StringComparison.Ordinal);
+        Assert.Contains("Reused, TLSv1.", replica, StringComparison.Ordinal);
+    }
+
+    private async Task<TernInstance> StartReplicaAsync(string ticketKeys)
+    {
+        var config = TernConfig.To(TlsEngines.OpenSsl, _upstream);
+        config.Tls["SessionTicketKeys"] = ticketKeys;
+        return await TernInstance.StartAsync(config);
+    }
+
+    public static TheoryData<string> BadInputs() => ["random bytes", "plain HTTP", "truncated ClientHello", "silence", "TLS 1.0 only"];
+
+    [Theory]
+    [MemberData(nameof(BadInputs))]
+    public async Task BadHandshake_ClosesOnlyThatConnectionAndIsCounted(string input)
+    {
+        using var healthy = _tern.CreateClient();
+        Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
+
+        using var socket = new Socket(SocketType.Stream, ProtocolType.Tcp);
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        var bytes = input switch
+        {
+            "random bytes" => RandomNumberGenerator.GetBytes(2048),
+            "plain HTTP" => Encoding.ASCII.GetBytes("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+            // A handshake record that announces 512 bytes and sends 40, then stays silent.
+            "truncated ClientHello" => [0x16, 0x03, 0x01, 0x02, 0x00, .. RandomNumberGenerator.GetBytes(40)],
+            "TLS 1.0 only" => ClientHelloOffering(0x0301),
+            _ => [],
+        };
+        await socket.SendAsync(bytes);
+
+        // The proxy answers with an alert or nothing, then closes: by the handshake timeout at the latest.
+        var buffer = new byte[4096];
+        using var closedBy = new CancellationTokenSource(TimeSpan.FromSeconds(5));
+        while (await socket.ReceiveAsync(buffer, closedBy.Token) > 0)
+        {
+        }
+
+        Assert.Equal(1, await EventuallyAsync(() => _meter.Total("tern.tls.handshakes", "tern.tls.handshake.result=failure")));
+        Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
+    }
+
+    [Fact]
+    public async Task CorruptedRecord_ClosesOnlyThatConnectionAndIsCounted()
+    {
+        using var healthy = _tern.CreateClient();
+        await using var tls = await ConnectAsync("http/1.1", corruptAfterHandshake: true);
+
+        await tls.WriteAsync(Encoding.ASCII.GetBytes("GET /name HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+        await Assert.ThrowsAnyAsync<Exception>(async () => await ReadUntilAsync(tls, text => text.Contains("200", StringComparison.Ordinal)));
+
+        Assert.Equal(1, await EventuallyAsync(() => _meter.Total("tern.tls.errors", "error.type=decrypt")));
+        Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
+    }
+
+    [Fact]
+    public async Task PeerVanishesMidRecord_OnlyThatConnectionEnds()
+    {
+        using var healthy = _tern.CreateClient();
+        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp);
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        var capture = new CapturingStream(new NetworkStream(socket, ownsSocket: true));
+        var tls = new SslStream(capture, false, (_, _, _, _) => true);
+        await tls.AuthenticateAsClientAsync(new SslClientAuthenticationOptions { TargetHost = "localhost" });
+
+        // Half of one application record, then the peer is gone.
+        capture.Hold = true;
+        await tls.WriteAsync(Encoding.ASCII.GetBytes("GET /name HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+        await capture.Inner.WriteAsync(capture.Held.AsMemory(0, capture.Held.Length / 2));
+        socket.Close();
+
+        Assert.Equal(1, await EventuallyAsync(() => _meter.Total("tern.tls.connections.active") == 0 ? 1 : 0));
+        Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
+    }
+
+    private async Task<SslStream> ConnectAsync(string alpn, bool trickle = false, bool corruptAfterHandshake = false)
+    {
+        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        Stream stream = new NetworkStream(socket, ownsSocket: true);
+        var shaping = new ShapingStream(stream);
+        var tls = new SslStream(shaping, false, (_, _, _, _) => true);
+        await tls.AuthenticateAsClientAsync(new SslClientAuthenticationOptions
+        {
+            TargetHost = "localhost",
+            ApplicationProtocols = [new SslApplicationProtocol(alpn)],
+        });
+        shaping.Trickle = trickle;
+        shaping.Corrupt = corruptAfterHandshake;
+        return tls;
+    }
+
+    private static async Task<string> ReadUntilAsync(Stream stream, Func<string, bool> done)
+    {
+        var text = new StringBuilder();
+        var buffer = new byte[64 * 1024];
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(20));
+        while (!done(text.ToString()))
+        {
+            var read = await stream.ReadAsync(buffer, timeout.Token);
+            if (read == 0)
+            {
+                throw new EndOfStreamException($"closed after: {text}");
+            }
+
+            text.Append(Encoding.Latin1.GetString(buffer, 0, read));
+        }
+
+        return text.ToString();
+    }
+
+    private static int CountOf(string text, string part) => (text.Length - text.Replace(part, "", StringComparison.Ordinal).Length) / part.Length;
+
+    private static async Task<long> EventuallyAsync(Func<long> read)
+    {
+        for (var i = 0; i < 100 && read() == 0; i++)
+        {
+            await Task.Delay(50);
+        }
+
+        return read();
+    }
+
+    /// <summary>A minimal ClientHello offering only the given legacy version (0x0301 = TLS 1.0).</summary>
+    private static byte[] ClientHelloOffering(ushort version)
+    {
+        byte[] suites = [0x00, 0x2F, 0x00, 0x35, 0xC0, 0x13, 0xC0, 0x14];
+        var body = new List<byte> { (byte)(version >> 8), (byte)version };
+        body.AddRange(RandomNumberGenerator.GetBytes(32));
+        body.Add(0); // session id
+        body.AddRange([0, (byte)suites.Length]);
+        body.AddRange(suites);
+        body.AddRange([1, 0]); // compression: null
+        var handshake = new List<byte> { 1, 0, (byte)(body.Count >> 8), (byte)body.Count };
+        handshake.AddRange(body);
+        var record = new List<byte> { 0x16, 0x03, 0x01, (byte)(handshake.Count >> 8), (byte)handshake.Count };
+        record.AddRange(handshake);
+        return [.. record];
+    }
+
+    /// <summary>Writes byte by byte (one TCP segment each, with NoDelay), or flips a bit in every write, once told to.</summary>
+    private sealed class ShapingStream(Stream inner) : Stream
+    {
+        public bool Trickle { get; set; }
+
+        public bool Corrupt { get; set; }
+
+        public override bool CanRead => true;
+
+        public override bool CanSeek => false;
+
+        public override bool CanWrite => true;
+
+        public override long Length => throw new NotSupportedException();
+
+        public override long Position { get => throw new NotSupportedException(); set => throw new NotSupportedException(); }
+
+        public override async ValueTask WriteAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default)
+        {
+            if (Corrupt)
+            {
+                var copy = buffer.ToArray();
+                copy[^1] ^= 0x5A; // inside the record's authentication tag
+                buffer = copy;
+            }
+
+            if (!Trickle)
+            {
+                await inner.WriteAsync(buffer, cancellationToken);
+                return;
+            }
+
+            for (var i = 0; i < buffer.Length; i++)
+            {
+                await inner.WriteAsync(buffer.Slice(i, 1), cancellationToken);
+                await inner.FlushAsync(cancellationToken);
+            }
+        }
+
+        public override Task WriteAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) => WriteAsync(buffer.AsMemory(offset, count), cancellationToken).AsTask();
+
+        public override ValueTask<int> ReadAsync(Memory<byte> buffer, CancellationToken cancellationToken = default) => inner.ReadAsync(buffer, cancellationToken);
+
+        public override Task<int> ReadAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) => inner.ReadAsync(buffer, offset, count, cancellationToken);
+
+        public override int Read(byte[] buffer, int offset, int count) => inner.Read(buffer, offset, count);
+
+        public override void Write(byte[] buffer, int offset, int count) => WriteAsync(buffer, offset, count, CancellationToken.None).GetAwaiter().GetResult();
+
+        public override void Flush() => inner.Flush();
+
+        public override Task FlushAsync(CancellationToken cancellationToken) => inner.FlushAsync(cancellationToken);
+
+        public override long Seek(long offset, SeekOrigin origin) => throw new NotSupportedException();
+
+        public override void SetLength(long value) => throw new NotSupportedException();
+
+        protected override void Dispose(bool disposing)
+        {
+            if (disposing)
+            {
+                inner.Dispose();
+            }
+
+            base.Dispose(disposing);
+        }
+    }
+
+    /// <summary>Passes writes through until Hold, then keeps the next write's bytes instead of sending them.</summary>
+    private sealed class CapturingStream(Stream inner) : Stream
+    {
+        public Stream Inner => inner;
+
+        public bool Hold { get; set; }
+
+        public byte[] Held { get; private set; } = [];
+
+        public override bool CanRead => true;
+
+        public override bool CanSeek => false;
+
+        public override bool CanWrite => true;
+
+        public override long Length => throw new NotSupportedException();
+
+        public override long Position { get => throw new NotSupportedException(); set => throw new NotSupportedException(); }
+
+        public override ValueTask WriteAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default)
+        {
+            if (Hold)
+            {
+                Held = buffer.ToArray();
+                return ValueTask.CompletedTask;
+            }
+
+            return inner.WriteAsync(buffer, cancellationToken);
+        }
+
+        public override Task WriteAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) => WriteAsync(buffer.AsMemory(offset, count), cancellationToken).AsTask();
+
+        public override ValueTask<int> ReadAsync(Memory<byte> buffer, CancellationToken cancellationToken = default) => inner.ReadAsync(buffer, cancellationToken);
+
+        public override Task<int> ReadAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) => inner.ReadAsync(buffer, offset, count, cancellationToken);
+
+        public override int Read(byte[] buffer, int offset, int count) => inner.Read(buffer, offset, count);
+
+        public override void Write(byte[] buffer, int offset, int count) => WriteAsync(buffer, offset, count, CancellationToken.None).GetAwaiter().GetResult();
+
+        public override void Flush() => inner.Flush();
+
+        public override Task FlushAsync(CancellationToken cancellationToken) => Hold ? Task.CompletedTask : inner.FlushAsync(cancellationToken);
+
+        public override long Seek(long offset, SeekOrigin origin) => throw new NotSupportedException();
+
+        public override void SetLength(long value) => throw new NotSupportedException();
+    }
+}
