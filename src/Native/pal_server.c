@@ -178,7 +178,9 @@ static SSL_CTX* CreateContext(TernTlsServer* server)
     SSL_CTX_set_mode(context, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     // Read-ahead stays off: the caller must know exactly how much ciphertext was taken.
     SSL_CTX_set_read_ahead(context, 0);
-    SSL_CTX_set_session_cache_mode(context, SSL_SESS_CACHE_SERVER);
+    // Resumption is by ticket only (keys replicas can share); a server-side cache would grow with
+    // every full TLS 1.2 handshake and help no other replica.
+    SSL_CTX_set_session_cache_mode(context, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_tlsext_servername_callback(context, ServerNameCallback);
     SSL_CTX_set_tlsext_servername_arg(context, server);
     SSL_CTX_set_alpn_select_cb(context, AlpnCallback, server);
