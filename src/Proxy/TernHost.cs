@@ -177,6 +177,7 @@ public static class TernHost
         builder.Services.AddSingleton<ProxyConfigOutcome>();
         builder.Services.AddSingleton<Yarp.ReverseProxy.Configuration.IConfigChangeListener>(s => s.GetRequiredService<ProxyConfigOutcome>());
         builder.Services.AddSingleton<TlsMetrics>();
+        builder.Services.AddSingleton<Telemetry.MetricsEndpoint>();
         builder.Services.AddHostedService<ConfigurationReloader>();
         builder.Services.Configure<HostOptions>(o => o.ShutdownTimeout = settings.DrainTimeout);
         builder.Services.AddReverseProxy()
@@ -231,6 +232,8 @@ public static class TernHost
             return null;
         }
 
+        // Listen from the start, so that /metrics counts everything since then.
+        app.Services.GetRequiredService<Telemetry.MetricsEndpoint>();
         LogStart(app, snapshot);
         return app;
     }

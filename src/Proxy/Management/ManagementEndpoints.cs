@@ -6,9 +6,9 @@ using Yarp.ReverseProxy.Model;
 namespace Tern.Proxy.Management;
 
 /// <summary>
-/// The management listener's endpoints: /healthz (the process serves) and /readyz (configuration
-/// loaded and every cluster has a destination not known to be down). Served only on
-/// Tern:Management:Port; the public listeners never answer them.
+/// The management listener's endpoints: /healthz (the process serves), /readyz (configuration
+/// loaded and every cluster has a destination not known to be down) and /metrics (Prometheus).
+/// Served only on Tern:Management:Port; the public listeners never answer them.
 /// </summary>
 internal static class ManagementEndpoints
 {
@@ -21,13 +21,15 @@ internal static class ManagementEndpoints
         {
             case "/healthz":
                 return response.WriteAsync("ok\n");
+            case "/metrics":
+                return context.RequestServices.GetRequiredService<Telemetry.MetricsEndpoint>().WriteAsync(context);
             case "/readyz":
                 var problem = Unready(context.RequestServices);
                 response.StatusCode = problem is null ? StatusCodes.Status200OK : StatusCodes.Status503ServiceUnavailable;
                 return response.WriteAsync(problem is null ? "ready\n" : $"not ready: {problem}\n");
             default:
                 response.StatusCode = StatusCodes.Status404NotFound;
-                return response.WriteAsync("not found: the management port serves /healthz and /readyz\n");
+                return response.WriteAsync("not found: the management port serves /healthz, /readyz and /metrics\n");
         }
     }
 

@@ -96,6 +96,20 @@ public abstract class ProcessTests(string engine)
 
         Assert.Equal("app", await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
         Assert.Equal("other", await client.GetStringAsync(new Uri("/extra/name", UriKind.Relative)));
+
+        // The meters, in Prometheus' text format, on the management port only.
+        using var management = new HttpClient();
+        using var scrape = await management.GetAsync(new Uri($"http://127.0.0.1:{environment["Tern__Management__Port"]}/metrics"));
+        var metrics = await scrape.Content.ReadAsStringAsync();
+        Assert.Equal("text/plain; version=0.0.4; charset=utf-8", scrape.Content.Headers.ContentType!.ToString());
+        Assert.Contains("# TYPE kestrel_active_connections gauge", metrics, StringComparison.Ordinal);
+        Assert.Contains("http_client_request_duration_seconds_bucket{", metrics, StringComparison.Ordinal);
+        Assert.Contains("dotnet_gc_heap_total_allocated_bytes_total ", metrics, StringComparison.Ordinal);
+        if (engine == Proxy.Tls.TlsEngines.OpenSsl)
+        {
+            Assert.Contains("tern_tls_handshakes_total{network_protocol_name=\"http/1.1\",tern_tls_handshake_result=\"success\",tls_cipher=\"TLS_AES_256_GCM_SHA384\",tls_protocol_version=\"1.3\",tls_resumed=\"false\"}", metrics, StringComparison.Ordinal);
+            Assert.Contains("tern_tls_bytes_total{tern_tls_direction=\"encrypt\",tern_tls_path=\"direct\"}", metrics, StringComparison.Ordinal);
+        }
     }
 
     [Fact]

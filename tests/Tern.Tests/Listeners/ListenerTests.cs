@@ -105,7 +105,7 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
     [Theory]
     [InlineData("/healthz", HttpStatusCode.OK, "ok\n")]
     [InlineData("/readyz", HttpStatusCode.OK, "ready\n")]
-    [InlineData("/metricz", HttpStatusCode.NotFound, "not found: the management port serves /healthz and /readyz\n")]
+    [InlineData("/metricz", HttpStatusCode.NotFound, "not found: the management port serves /healthz, /readyz and /metrics\n")]
     public async Task Management_Endpoints_AnswerOnManagementPort(string path, HttpStatusCode status, string body)
     {
         using var client = _tern.CreatePlainClient(_tern.Config.ManagementPort);
