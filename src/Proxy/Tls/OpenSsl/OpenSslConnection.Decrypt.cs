@@ -50,6 +50,20 @@ internal sealed partial class OpenSslConnection
 
     private (long Consumed, bool Closed) DecryptAvailable(ReadOnlySequence<byte> buffer)
     {
+        long produced = 0;
+        try
+        {
+            return DecryptSegments(buffer, ref produced);
+        }
+        finally
+        {
+            // Once per read, not per record (see EncryptAll).
+            _metrics.Bytes("decrypt", TlsMetrics.Paths.Direct, produced);
+        }
+    }
+
+    private (long Consumed, bool Closed) DecryptSegments(ReadOnlySequence<byte> buffer, ref long produced)
+    {
         long consumed = 0;
         foreach (var segment in buffer)
         {
@@ -60,7 +74,7 @@ internal sealed partial class OpenSslConnection
                 var call = Native(Operation.Decrypt, segment.Span[offset..], window.Span);
                 offset += call.Consumed;
                 _input.Writer.Advance(call.Produced);
-                _metrics.Bytes("decrypt", TlsMetrics.Paths.Direct, call.Produced);
+                produced += call.Produced;
                 if (call.Pending > 0)
                 {
                     // OpenSSL answered something (KeyUpdate, alert) while reading: the encrypt pump owns
