@@ -116,15 +116,10 @@ public abstract class ProcessTests(string engine)
     public async Task Sigterm_FinishesInFlightRequestThenExitsZero()
     {
         await using var app = await TestUpstream.StartAsync("app");
-        var environment = FreePorts();
-        environment["Tern__Demo__Enabled"] = "false";
-        environment["Tern__Shutdown__DrainTimeout"] = "00:00:20";
-        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = app.Address.ToString();
+        var (tern, client, environment) = await StartInFrontOfAsync(app, ("Tern__Shutdown__DrainTimeout", "00:00:20"));
+        await using var process = tern;
+        using var https = client;
         var httpsPort = int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture);
-
-        await using var tern = TernProcess.Start(environment);
-        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
-        using var client = TernInstance.CreateClient(httpsPort, "https", "localhost", null, null);
         var inFlight = client.GetAsync(new Uri("/slow/2000", UriKind.Relative));
         await Task.Delay(500);
 
@@ -145,13 +140,9 @@ public abstract class ProcessTests(string engine)
     public async Task Sigterm_RequestLongerThanDrainTimeout_IsCutAndProcessExitsZero()
     {
         await using var app = await TestUpstream.StartAsync("app");
-        var environment = FreePorts();
-        environment["Tern__Demo__Enabled"] = "false";
-        environment["Tern__Shutdown__DrainTimeout"] = "00:00:01";
-        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = app.Address.ToString();
-        await using var tern = TernProcess.Start(environment);
-        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
-        using var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+        var (tern, client, _) = await StartInFrontOfAsync(app, ("Tern__Shutdown__DrainTimeout", "00:00:01"));
+        await using var process = tern;
+        using var https = client;
         var inFlight = client.GetAsync(new Uri("/slow/20000", UriKind.Relative));
         await Task.Delay(500);
 
@@ -166,12 +157,9 @@ public abstract class ProcessTests(string engine)
     public async Task ClientGoneBeforeResponse_IsLoggedAs499()
     {
         await using var app = await TestUpstream.StartAsync("app");
-        var environment = FreePorts();
-        environment["Tern__Demo__Enabled"] = "false";
-        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = app.Address.ToString();
-        await using var tern = TernProcess.Start(environment);
-        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
-        using var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+        var (tern, client, _) = await StartInFrontOfAsync(app);
+        await using var process = tern;
+        using var https = client;
 
         using var gone = new CancellationTokenSource(TimeSpan.FromMilliseconds(300));
         await Assert.ThrowsAnyAsync<OperationCanceledException>(() => client.GetAsync(new Uri("/slow/3000", UriKind.Relative), gone.Token));
@@ -183,6 +171,23 @@ public abstract class ProcessTests(string engine)
 
         Assert.Contains("GET /slow/3000 returned 499: the client closed the connection before the response", tern.Output, StringComparison.Ordinal);
         Assert.DoesNotContain("returned 502", tern.Output, StringComparison.Ordinal);
+    }
+
+    /// <summary>The real process in front of app, with extra settings; serving when this returns.</summary>
+    private async Task<(TernProcess Tern, HttpClient Client, Dictionary<string, string> Environment)> StartInFrontOfAsync(TestUpstream app, params (string Key, string Value)[] settings)
+    {
+        var environment = FreePorts();
+        environment["Tern__Demo__Enabled"] = "false";
+        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = app.Address.ToString();
+        foreach (var (key, value) in settings)
+        {
+            environment[key] = value;
+        }
+
+        var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
+        var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+        return (tern, client, environment);
     }
 
     private Dictionary<string, string> FreePorts() => new()

@@ -256,12 +256,10 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         return [.. record];
     }
 
-    /// <summary>Writes byte by byte (one TCP segment each, with NoDelay), or flips a bit in every write, once told to.</summary>
-    private sealed class ShapingStream(Stream inner) : Stream
+    /// <summary>Passes everything to the inner stream; subclasses change how writes go out.</summary>
+    private abstract class PassThroughStream(Stream inner) : Stream
     {
-        public bool Trickle { get; set; }
-
-        public bool Corrupt { get; set; }
+        public Stream Inner => inner;
 
         public override bool CanRead => true;
 
@@ -273,37 +271,17 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
 
         public override long Position { get => throw new NotSupportedException(); set => throw new NotSupportedException(); }
 
-        public override async ValueTask WriteAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default)
-        {
-            if (Corrupt)
-            {
-                var copy = buffer.ToArray();
-                copy[^1] ^= 0x5A; // inside the record's authentication tag
-                buffer = copy;
-            }
-
-            if (!Trickle)
-            {
-                await inner.WriteAsync(buffer, cancellationToken);
-                return;
-            }
-
-            for (var i = 0; i < buffer.Length; i++)
-            {
-                await inner.WriteAsync(buffer.Slice(i, 1), cancellationToken);
-                await inner.FlushAsync(cancellationToken);
-            }
-        }
-
         public override Task WriteAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) => WriteAsync(buffer.AsMemory(offset, count), cancellationToken).AsTask();
+
+        public override ValueTask WriteAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default) => inner.WriteAsync(buffer, cancellationToken);
+
+        public override void Write(byte[] buffer, int offset, int count) => WriteAsync(buffer, offset, count, CancellationToken.None).GetAwaiter().GetResult();
 
         public override ValueTask<int> ReadAsync(Memory<byte> buffer, CancellationToken cancellationToken = default) => inner.ReadAsync(buffer, cancellationToken);
 
         public override Task<int> ReadAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) => inner.ReadAsync(buffer, offset, count, cancellationToken);
 
         public override int Read(byte[] buffer, int offset, int count) => inner.Read(buffer, offset, count);
-
-        public override void Write(byte[] buffer, int offset, int count) => WriteAsync(buffer, offset, count, CancellationToken.None).GetAwaiter().GetResult();
 
         public override void Flush() => inner.Flush();
 
@@ -324,24 +302,42 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         }
     }
 
-    /// <summary>Passes writes through until Hold, then keeps the next write's bytes instead of sending them.</summary>
-    private sealed class CapturingStream(Stream inner) : Stream
+    /// <summary>Writes byte by byte (one TCP segment each, with NoDelay), or flips a bit in every write, once told to.</summary>
+    private sealed class ShapingStream(Stream inner) : PassThroughStream(inner)
     {
-        public Stream Inner => inner;
+        public bool Trickle { get; set; }
 
+        public bool Corrupt { get; set; }
+
+        public override async ValueTask WriteAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default)
+        {
+            if (Corrupt)
+            {
+                var copy = buffer.ToArray();
+                copy[^1] ^= 0x5A; // inside the record's authentication tag
+                buffer = copy;
+            }
+
+            if (!Trickle)
+            {
+                await Inner.WriteAsync(buffer, cancellationToken);
+                return;
+            }
+
+            for (var i = 0; i < buffer.Length; i++)
+            {
+                await Inner.WriteAsync(buffer.Slice(i, 1), cancellationToken);
+                await Inner.FlushAsync(cancellationToken);
+            }
+        }
+    }
+
+    /// <summary>Passes writes through until Hold, then keeps the next write's bytes instead of sending them.</summary>
+    private sealed class CapturingStream(Stream inner) : PassThroughStream(inner)
+    {
         public bool Hold { get; set; }
 
         public byte[] Held { get; private set; } = [];
-
-        public override bool CanRead => true;
-
-        public override bool CanSeek => false;
-
-        public override bool CanWrite => true;
-
-        public override long Length => throw new NotSupportedException();
-
-        public override long Position { get => throw new NotSupportedException(); set => throw new NotSupportedException(); }
 
         public override ValueTask WriteAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default)
         {
@@ -351,25 +347,9 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
                 return ValueTask.CompletedTask;
             }
 
-            return inner.WriteAsync(buffer, cancellationToken);
+            return Inner.WriteAsync(buffer, cancellationToken);
         }
 
-        public override Task WriteAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) => WriteAsync(buffer.AsMemory(offset, count), cancellationToken).AsTask();
-
-        public override ValueTask<int> ReadAsync(Memory<byte> buffer, CancellationToken cancellationToken = default) => inner.ReadAsync(buffer, cancellationToken);
-
-        public override Task<int> ReadAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) => inner.ReadAsync(buffer, offset, count, cancellationToken);
-
-        public override int Read(byte[] buffer, int offset, int count) => inner.Read(buffer, offset, count);
-
-        public override void Write(byte[] buffer, int offset, int count) => WriteAsync(buffer, offset, count, CancellationToken.None).GetAwaiter().GetResult();
-
-        public override void Flush() => inner.Flush();
-
-        public override Task FlushAsync(CancellationToken cancellationToken) => Hold ? Task.CompletedTask : inner.FlushAsync(cancellationToken);
-
-        public override long Seek(long offset, SeekOrigin origin) => throw new NotSupportedException();
-
-        public override void SetLength(long value) => throw new NotSupportedException();
+        public override Task FlushAsync(CancellationToken cancellationToken) => Hold ? Task.CompletedTask : Inner.FlushAsync(cancellationToken);
     }
 }
