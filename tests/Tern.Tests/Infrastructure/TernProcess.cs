@@ -19,16 +19,19 @@ public sealed partial class TernProcess : IAsyncDisposable
 
     public int Id => _process.Id;
 
-    public static TernProcess Start(IDictionary<string, string> environment, params string[] args)
+    public static TernProcess Start(IDictionary<string, string> environment, params string[] args) => StartFrom(AppContext.BaseDirectory, environment, args);
+
+    /// <summary>Runs the Tern.Proxy.dll found in folder (a copy of the build output, say).</summary>
+    public static TernProcess StartFrom(string folder, IDictionary<string, string> environment, params string[] args)
     {
         var start = new ProcessStartInfo("dotnet")
         {
             RedirectStandardOutput = true,
             RedirectStandardError = true,
             UseShellExecute = false,
-            WorkingDirectory = AppContext.BaseDirectory,
+            WorkingDirectory = folder,
         };
-        start.ArgumentList.Add(Path.Combine(AppContext.BaseDirectory, "Tern.Proxy.dll"));
+        start.ArgumentList.Add(Path.Combine(folder, "Tern.Proxy.dll"));
         foreach (var arg in args)
         {
             start.ArgumentList.Add(arg);

@@ -204,6 +204,38 @@ public sealed class OpenSslProcessTests() : ProcessTests(Proxy.Tls.TlsEngines.Op
 
 public sealed class SslStreamProcessTests() : ProcessTests(Proxy.Tls.TlsEngines.SslStream);
 
+/// <summary>The OpenSSL engine on a machine where its native library cannot be loaded.</summary>
+public sealed class MissingNativeLibraryTests
+{
+    [Fact]
+    public async Task OpenSslEngine_LibraryMissing_StopsWithOneLineSayingHowToFix()
+    {
+        // A copy of the build output without libtern_tls.so.
+        var folder = Directory.CreateTempSubdirectory("tern-nolib-").FullName;
+        foreach (var file in Directory.EnumerateFiles(AppContext.BaseDirectory, "*", SearchOption.AllDirectories).Where(f => !f.EndsWith("libtern_tls.so", StringComparison.Ordinal)))
+        {
+            var target = Path.Combine(folder, Path.GetRelativePath(AppContext.BaseDirectory, file));
+            Directory.CreateDirectory(Path.GetDirectoryName(target)!);
+            File.Copy(file, target);
+        }
+
+        await using var tern = TernProcess.StartFrom(folder, new Dictionary<string, string>
+        {
+            ["Tern__Tls__Engine"] = "OpenSsl",
+            ["Tern__Https__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+            ["Tern__Http__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+            ["Tern__Management__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+            ["Tern__Demo__Port"] = FreePort.Next().ToString(System.Globalization.CultureInfo.InvariantCulture),
+        });
+
+        Assert.Equal(1, await tern.WaitForExitAsync(TimeSpan.FromSeconds(30)));
+        var errors = tern.Output.Split('\n').Where(l => l.StartsWith("error: ", StringComparison.Ordinal)).ToList();
+        var line = Assert.Single(errors);
+        Assert.StartsWith("error: Tern:Tls:Engine: OpenSsl: libtern_tls.so or OpenSSL 3 (libssl.so.3) cannot be loaded", line, StringComparison.Ordinal);
+        Assert.Contains("or set Tern:Tls:Engine=SslStream", line, StringComparison.Ordinal);
+    }
+}
+
 /// <summary>The shipped configuration exactly as a newcomer runs it (default ports, default engine).</summary>
 public sealed class ShippedDefaultsTests
 {
