@@ -31,6 +31,7 @@ struct TernTlsConnection
     size_t outputLength;
     size_t outputOffset;
     size_t spilled;
+    size_t drained;
 
     TernSpill spill;
     char error[512];
@@ -91,6 +92,7 @@ static void SpillDrain(TernTlsConnection* connection)
     {
         memcpy(connection->output + connection->outputOffset, spill->data + spill->start, count);
         connection->outputOffset += count;
+        connection->drained += count;
         spill->start += count;
     }
 
@@ -125,6 +127,8 @@ static int BioWrite(BIO* bio, const char* data, int length)
     {
         if (!SpillAppend(&connection->spill, (const uint8_t*)data + direct, size - direct))
         {
+            // Take back the part already in the window: no half record may reach the wire.
+            connection->outputOffset -= direct;
             return -1;
         }
 
@@ -249,6 +253,7 @@ static void Arm(TernTlsConnection* connection, const uint8_t* input, int32_t inp
     connection->outputLength = output == NULL ? 0 : (size_t)outputLength;
     connection->outputOffset = 0;
     connection->spilled = 0;
+    connection->drained = 0;
     ERR_clear_error();
 }
 
@@ -260,6 +265,7 @@ static int32_t Finish(TernTlsConnection* connection, TernTlsResult* result, int3
     result->produced = (int32_t)produced;
     result->spilled = (int32_t)connection->spilled;
     result->pending = (int32_t)SpillSize(&connection->spill);
+    result->drained = (int32_t)connection->drained;
     connection->input = NULL;
     connection->output = NULL;
     connection->inputLength = connection->outputLength = 0;
@@ -317,8 +323,9 @@ int32_t TernTls_Decrypt(TernTlsConnection* connection,
                         uint8_t* output, int32_t outputLength,
                         TernTlsResult* result)
 {
-    if (connection == NULL || result == NULL || !ValidSpan(input, inputLength) || !ValidSpan(output, outputLength))
+    if (connection == NULL || result == NULL || !ValidSpan(input, inputLength) || output == NULL || outputLength <= 0)
     {
+        // An empty output window would report "full, call again" forever.
         return TERN_TLS_BAD_ARGUMENT;
     }
 

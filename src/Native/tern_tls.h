@@ -20,7 +20,7 @@ extern "C" {
 
 // Version of this library's ABI. The managed side refuses to run against a
 // library whose ABI differs from the one it was built for.
-#define TERN_TLS_ABI_VERSION 2
+#define TERN_TLS_ABI_VERSION 3
 
 // Results of every operation (TernTlsResult.status, or a negative return).
 enum
@@ -42,6 +42,7 @@ typedef struct TernTlsResult
     int32_t produced; // bytes written into the output window
     int32_t spilled;  // bytes of output that did not fit and went to the spill buffer during this call
     int32_t pending;  // bytes waiting in the spill buffer after this call (to be drained into the transport)
+    int32_t drained;  // bytes of produced that came out of the spill buffer (the rest went straight in)
 } TernTlsResult;
 
 typedef struct TernTlsServer TernTlsServer;
@@ -81,6 +82,7 @@ TERN_EXPORT int32_t TernTls_ServerAddCertificate(TernTlsServer* server,
 // Sets session-ticket keys shared by replicas: count keys of 80 bytes each
 // (16 name, 32 AES-256 key, 32 HMAC-SHA256 key); the first one encrypts new
 // tickets, all of them decrypt. Without this, each server has random keys.
+// Call before the first connection: handshakes read the keys without a lock.
 TERN_EXPORT int32_t TernTls_ServerSetTicketKeys(TernTlsServer* server, const uint8_t* keys, int32_t length);
 
 // Drops the caller's reference; connections hold their own.
@@ -99,7 +101,7 @@ TERN_EXPORT int32_t TernTls_Handshake(TernTlsConnection* connection,
                                       uint8_t* output, int32_t outputLength,
                                       TernTlsResult* result);
 
-// Decrypts input ciphertext into output, as many records as fit. status: OK
+// Decrypts input ciphertext into output (outputLength > 0), as many records as fit. status: OK
 // when output filled up (call again: more may follow), WANT_READ when all
 // input is used, CLOSED on close_notify, ERROR on a bad record or alert.
 // Bytes OpenSSL writes meanwhile (alerts, KeyUpdate replies) go to the spill

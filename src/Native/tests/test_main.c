@@ -151,6 +151,8 @@ static void FreeClient(Client* client)
 // Returns the last status.
 typedef int32_t (*Operation)(TernTlsConnection*, const uint8_t*, int32_t, uint8_t*, int32_t, TernTlsResult*);
 
+static long s_drained;
+
 static int32_t FeedServer(Client* client, TernTlsConnection* connection, int chunk, int window, TernTlsResult* last)
 {
     uint8_t* input = NULL;
@@ -167,11 +169,14 @@ static int32_t FeedServer(Client* client, TernTlsConnection* connection, int chu
         status = TernTls_Handshake(connection, copy + offset, size, output, window, last);
         offset += last->consumed;
         BIO_write(client->toClient, output, last->produced);
+        s_drained += last->drained;
         while (last->pending > 0 && status >= 0)
         {
             TernTlsResult drain;
             TernTls_Handshake(connection, NULL, 0, output, window, &drain);
             BIO_write(client->toClient, output, drain.produced);
+            CHECK(drain.drained == drain.produced);
+            s_drained += drain.drained;
             last->pending = drain.pending;
             last->spilled += drain.spilled;
         }
@@ -267,8 +272,10 @@ static void Handshake_OneByteInputsAndTinyOutputWindow_SpillsAndCompletes(void)
     TernTlsConnection* connection = NULL;
     TernTls_ConnectionCreate(server, &connection);
     int spilled = 0;
+    s_drained = 0;
     CHECK(Handshake(&client, connection, 1, 64, &spilled));
     CHECK(spilled > 0);
+    CHECK(s_drained == spilled); // every spilled byte is accounted for on its way out
     TernTls_ConnectionFree(connection);
     FreeClient(&client);
     TernTls_ServerRelease(server);
@@ -448,6 +455,13 @@ static void Garbage_IsAnErrorWithReason(void)
 
     TernTlsResult result;
     CHECK(TernTls_Decrypt(NULL, NULL, 0, NULL, 0, &result) == TERN_TLS_BAD_ARGUMENT);
+    {
+        TernTlsConnection* connection = NULL;
+        TernTls_ConnectionCreate(server, &connection);
+        uint8_t byte = 0;
+        CHECK(TernTls_Decrypt(connection, &byte, 1, &byte, 0, &result) == TERN_TLS_BAD_ARGUMENT);
+        TernTls_ConnectionFree(connection);
+    }
     CHECK(TernTls_Handshake(NULL, NULL, -1, NULL, 0, &result) == TERN_TLS_BAD_ARGUMENT);
     CHECK(TernTls_ServerAddCertificate(server, (const uint8_t*)"x", 1, (const uint8_t*)"y", 1) == TERN_TLS_ERROR);
     char reason[256];

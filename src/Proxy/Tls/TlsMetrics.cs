@@ -40,12 +40,12 @@ public sealed class TlsMetrics : IDisposable
     {
         ArgumentNullException.ThrowIfNull(meterFactory);
         _meter = meterFactory.Create(MeterName);
-        _bytes = _meter.CreateCounter<long>("tern.tls.bytes", "By", "TLS payload bytes by direction (decrypt: plaintext out; encrypt: ciphertext out) and path (direct, spill, carry, copy)");
+        _bytes = _meter.CreateCounter<long>("tern.tls.bytes", "By", "TLS bytes by direction (decrypt: plaintext out; encrypt: ciphertext out; handshake: control records) and path (direct, spill, carry, copy)");
         _spillEvents = _meter.CreateCounter<long>("tern.tls.spill.events", "{event}", "Native calls whose output did not fit the window and went to the spill buffer");
         _handshakes = _meter.CreateCounter<long>("tern.tls.handshakes", "{handshake}", "TLS handshakes by result, protocol, cipher, ALPN and resumption");
-        _handshakeDuration = _meter.CreateHistogram<double>("tern.tls.handshake.duration", "s", "Time from the first ClientHello byte to the end of the handshake",
+        _handshakeDuration = _meter.CreateHistogram<double>("tern.tls.handshake.duration", "s", "Time from the accepted connection to the end of the handshake",
             advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10] });
-        _errors = _meter.CreateCounter<long>("tern.tls.errors", "{error}", "Connections closed by a TLS error after the handshake (bad record, alert, truncation)");
+        _errors = _meter.CreateCounter<long>("tern.tls.errors", "{error}", "Connections closed abortively by a TLS error after the handshake (bad record MAC, fatal alert)");
         _connections = _meter.CreateUpDownCounter<long>("tern.tls.connections.active", "{connection}", "Open connections that completed a TLS handshake");
     }
 

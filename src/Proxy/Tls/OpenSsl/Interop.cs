@@ -9,7 +9,7 @@ internal static unsafe partial class Interop
     private const string Library = "tern_tls";
 
     /// <summary>The ABI this build expects (TERN_TLS_ABI_VERSION).</summary>
-    public const int AbiVersion = 2;
+    public const int AbiVersion = 3;
 
     public const int Ok = 0;
     public const int WantRead = 1;
@@ -25,6 +25,7 @@ internal static unsafe partial class Interop
         public int Produced;
         public int Spilled;
         public int Pending;
+        public int Drained;
     }
 
     [LibraryImport(Library, EntryPoint = "TernTls_AbiVersion")]

@@ -37,7 +37,9 @@ internal sealed partial class OpenSslConnection
         {
             if (ex is OpenSslException)
             {
+                // Abortive close: nothing more is trusted from this peer.
                 _metrics.ConnectionFailed("decrypt");
+                _abort(ex);
             }
 
             failure = ex;

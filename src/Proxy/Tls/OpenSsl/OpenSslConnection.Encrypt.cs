@@ -24,7 +24,7 @@ internal sealed partial class OpenSslConnection
             while (true)
             {
                 var read = await _output.Reader.ReadAsync().ConfigureAwait(false);
-                DrainSpill(Volatile.Read(ref _pending), payload: false);
+                DrainSpill(Volatile.Read(ref _pending));
                 var buffer = read.Buffer;
                 EncryptAll(buffer);
                 _output.Reader.AdvanceTo(buffer.End);
@@ -50,6 +50,7 @@ internal sealed partial class OpenSslConnection
             if (ex is OpenSslException)
             {
                 _metrics.ConnectionFailed("encrypt");
+                _abort(ex);
             }
 
             await _output.Reader.CompleteAsync(ex).ConfigureAwait(false);
@@ -61,19 +62,18 @@ internal sealed partial class OpenSslConnection
     {
         // Counted once per batch, not per record: a tagged counter update costs about as much as
         // the native call that encrypts a small record.
-        long direct = 0, spilled = 0;
+        long direct = 0;
         try
         {
-            EncryptSegments(buffer, ref direct, ref spilled);
+            EncryptSegments(buffer, ref direct);
         }
         finally
         {
             _metrics.Bytes("encrypt", TlsMetrics.Paths.Direct, direct);
-            _metrics.Bytes("encrypt", TlsMetrics.Paths.Spill, spilled);
         }
     }
 
-    private void EncryptSegments(ReadOnlySequence<byte> buffer, ref long direct, ref long spilled)
+    private void EncryptSegments(ReadOnlySequence<byte> buffer, ref long direct)
     {
         foreach (var segment in buffer)
         {
@@ -85,14 +85,18 @@ internal sealed partial class OpenSslConnection
                 var call = Native(Operation.Encrypt, segment.Span.Slice(offset, chunk), window.Span);
                 _transport.Output.Advance(call.Produced);
                 direct += call.Direct;
-                spilled += call.Drained;
                 if (call.Status < 0)
                 {
                     throw new OpenSslException($"TLS error: {Interop.ConnectionErrorText(_handle)}");
                 }
 
+                if (call.Consumed == 0 && call.Produced == 0 && call.Pending == 0)
+                {
+                    throw new OpenSslException($"TLS engine made no progress (status {call.Status})");
+                }
+
                 offset += call.Consumed;
-                DrainSpill(call.Pending, payload: true);
+                DrainSpill(call.Pending);
             }
         }
     }
@@ -112,6 +116,6 @@ internal sealed partial class OpenSslConnection
         }
 
         _transport.Output.Advance(result.Produced);
-        DrainSpill(result.Pending, payload: false);
+        DrainSpill(result.Pending);
     }
 }

@@ -64,7 +64,7 @@ internal sealed partial class OpenSslConnection
                 _transport.Output.Advance(call.Produced);
                 offset += call.Consumed;
                 status = call.Status;
-                DrainSpill(call.Pending, payload: false);
+                DrainSpill(call.Pending);
                 if (status != Interop.WantRead || call.Consumed == 0)
                 {
                     break;
@@ -89,8 +89,8 @@ internal sealed partial class OpenSslConnection
         Encrypt,
     }
 
-    /// <summary>What one native call did to the transport-bound output: new bytes and bytes drained from spill.</summary>
-    private readonly record struct Call(Interop.Result Result, int Drained)
+    /// <summary>What one native call did.</summary>
+    private readonly record struct Call(Interop.Result Result)
     {
         public int Status => Result.Status;
 
@@ -101,17 +101,16 @@ internal sealed partial class OpenSslConnection
         public int Pending => Result.Pending;
 
         /// <summary>Output bytes written straight into the window, not taken from the spill buffer.</summary>
-        public int Direct => Result.Produced - Drained;
+        public int Direct => Result.Produced - Result.Drained;
     }
 
     /// <summary>
     /// One native call with the windows pinned for its duration only, under the connection's lock.
-    /// Tracks the spill buffer so that every byte is counted once: on its way out, as direct or spill.
+    /// Every spilled byte is counted here, once, as it enters the spill buffer.
     /// </summary>
     private unsafe Call Native(Operation operation, ReadOnlySpan<byte> input, Span<byte> output)
     {
         Interop.Result result;
-        int drained;
         lock (_native)
         {
             fixed (byte* inputPointer = input)
@@ -125,31 +124,33 @@ internal sealed partial class OpenSslConnection
                 };
             }
 
-            drained = operation == Operation.Decrypt ? 0 : _pending + result.Spilled - result.Pending;
             _pending = result.Pending;
         }
 
         if (result.Spilled > 0)
         {
-            _metrics.SpillEvent(operation == Operation.Decrypt ? "decrypt" : "encrypt");
+            // Decrypt and handshake spill only control records (alerts); encrypt spills payload.
+            var direction = operation switch
+            {
+                Operation.Encrypt => "encrypt",
+                Operation.Decrypt => "decrypt",
+                _ => "handshake",
+            };
+            _metrics.SpillEvent(direction);
+            _metrics.Bytes(direction, TlsMetrics.Paths.Spill, result.Spilled);
         }
 
-        return new Call(result, drained);
+        return new Call(result);
     }
 
     /// <summary>Moves spilled bytes into the transport pipe (only the pipe's writer may call this).</summary>
-    private void DrainSpill(int pending, bool payload)
+    private void DrainSpill(int pending)
     {
         while (pending > 0)
         {
             var window = _transport.Output.GetMemory(pending);
             var call = Native(Operation.Encrypt, default, window.Span);
             _transport.Output.Advance(call.Produced);
-            if (payload)
-            {
-                _metrics.Bytes("encrypt", TlsMetrics.Paths.Spill, call.Drained);
-            }
-
             pending = call.Pending;
         }
     }

@@ -25,13 +25,21 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     private readonly Pipe _input;
     private readonly Pipe _output;
     private readonly TlsMetrics _metrics;
+    private readonly Action<Exception> _abort;
     private Task _decrypting = Task.CompletedTask;
     private Task _encrypting = Task.CompletedTask;
+    private static readonly TimeSpan s_closeGrace = TimeSpan.FromSeconds(5);
     private int _pending;
 
-    public OpenSslConnection(OpenSslServer server, IDuplexPipe transport, MemoryPool<byte> pool, TlsMetrics metrics)
+    /// <param name="server">The contexts to handshake with.</param>
+    /// <param name="transport">The socket's pipes.</param>
+    /// <param name="pool">Memory for the plaintext pipes (Kestrel's).</param>
+    /// <param name="metrics">The Tern.Tls meter.</param>
+    /// <param name="abort">Closes the connection abortively (on TLS errors).</param>
+    public OpenSslConnection(OpenSslServer server, IDuplexPipe transport, MemoryPool<byte> pool, TlsMetrics metrics, Action<Exception> abort)
     {
         _server = server;
+        _abort = abort;
         _transport = transport;
         _metrics = metrics;
         if (Interop.ConnectionCreate(server.Handle, out var handle) != Interop.Ok)
@@ -102,7 +110,16 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
         _output.Writer.Complete();
         _transport.Input.CancelPendingRead();
         await _decrypting.ConfigureAwait(false);
-        await _encrypting.ConfigureAwait(false);
+        try
+        {
+            // Time to send close_notify; a peer that no longer reads must not hold the connection.
+            await _encrypting.WaitAsync(s_closeGrace).ConfigureAwait(false);
+        }
+        catch (TimeoutException)
+        {
+            _transport.Output.CancelPendingFlush();
+            await _encrypting.ConfigureAwait(false);
+        }
         _handle.Dispose();
         GC.KeepAlive(_server);
     }

@@ -14,6 +14,10 @@ internal sealed class OpenSslEngine
     private static readonly byte[] s_alpn = "\u0002h2\u0008http/1.1"u8.ToArray();
     private readonly ConditionalWeakTable<ConfigurationSnapshot, OpenSslServer> _servers = [];
 
+    // Without Tern:Tls:SessionTicketKeys: one random key for the process, so that a reload (which
+    // builds new contexts) does not invalidate every ticket issued before it.
+    private readonly byte[] _processTicketKey = System.Security.Cryptography.RandomNumberGenerator.GetBytes(ConfigurationSnapshot.SessionTicketKeySize);
+
     /// <summary>Why the engine cannot run here (library or OpenSSL missing), or null when it can.</summary>
     public static string? Probe()
     {
@@ -41,5 +45,5 @@ internal sealed class OpenSslEngine
 
     /// <summary>The native server for this configuration, built on first use.</summary>
     public OpenSslServer ServerFor(ConfigurationSnapshot snapshot) =>
-        _servers.GetValue(snapshot, s => new OpenSslServer(s.Certificates, s_alpn, s.SessionTicketKeys));
+        _servers.GetValue(snapshot, s => new OpenSslServer(s.Certificates, s_alpn, s.SessionTicketKeys.IsEmpty ? _processTicketKey : s.SessionTicketKeys));
 }

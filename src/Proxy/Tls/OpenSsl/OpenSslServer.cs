@@ -11,7 +11,7 @@ namespace Tern.Proxy.Tls.OpenSsl;
 /// listener's ALPN list, created once and reused by every connection until a reload replaces the set.
 /// SNI is answered by <see cref="CertificateSet.Select"/>, the same choice the SslStream engine makes.
 /// </summary>
-internal sealed unsafe class OpenSslServer : IDisposable
+internal sealed unsafe class OpenSslServer
 {
     private readonly CertificateSet _certificates;
     private readonly Dictionary<ServerCertificate, int> _indexes = [];
@@ -48,14 +48,11 @@ internal sealed unsafe class OpenSslServer : IDisposable
 
     public Interop.ServerHandle Handle { get; }
 
+    // No Dispose: servers are replaced by reloads and released when nothing refers to them, the
+    // native reference by Handle's own finalizer, the callback's handle here. Freeing the callback's
+    // handle earlier would be unsafe while a connection still handshakes on these contexts.
     ~OpenSslServer() => FreeSelf();
 
-    public void Dispose()
-    {
-        Handle.Dispose();
-        FreeSelf();
-        GC.SuppressFinalize(this);
-    }
 
     // Safe once this object is unreachable: the native side calls back only during a handshake,
     // and a handshake in progress holds this object through its connection.

@@ -20,7 +20,8 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
     {
         var snapshot = active.Current;
         var pool = context.Features.Get<IMemoryPoolFeature>()?.MemoryPool ?? MemoryPool<byte>.Shared;
-        await using var tls = new OpenSslConnection(engine.ServerFor(snapshot), context.Transport, pool, metrics);
+        await using var tls = new OpenSslConnection(engine.ServerFor(snapshot), context.Transport, pool, metrics,
+            error => context.Abort(new ConnectionAbortedException($"TLS error: {error.Message}", error)));
         var started = Stopwatch.GetTimestamp();
         string? failure;
         using (var timeout = CancellationTokenSource.CreateLinkedTokenSource(context.ConnectionClosed))
@@ -30,6 +31,11 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
         }
 
         var elapsed = Stopwatch.GetElapsedTime(started);
+        if (failure == "timeout" && context.ConnectionClosed.IsCancellationRequested)
+        {
+            failure = "closed"; // the client went away; the timeout did not fire
+        }
+
         if (failure is not null)
         {
             metrics.HandshakeFailed(elapsed, failure.Split(':')[0]);
