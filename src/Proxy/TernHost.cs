@@ -285,7 +285,7 @@ public static class TernHost
 
         foreach (var certificate in snapshot.Certificates.All)
         {
-            var hosts = settings.Certificates.FirstOrDefault(c => c.Name == certificate.Name)?.Hosts ?? [];
+            var hosts = certificate.Hosts;
             TernLog.CertificateInUse(logger, settings.TlsEngine, certificate.Name, certificate.Certificate.Subject, certificate.Certificate.NotAfter.ToUniversalTime(), hosts.Count == 0 ? "(default)" : string.Join(", ", hosts));
             if (certificate.Certificate.NotAfter < DateTime.Now)
             {

@@ -46,7 +46,7 @@ internal static class CertificateLoader
         }
 
         var withKey = AttachKey(leaf, keyText, settings, keyKey, problems);
-        return withKey is null ? null : new ServerCertificate(settings.Name, withKey, chain);
+        return withKey is null ? null : new ServerCertificate(settings.Name, withKey, chain, settings.Hosts);
     }
 
     private static X509Certificate2? AttachKey(X509Certificate2 leaf, string keyText, CertificateSettings settings, string keyKey, List<ConfigurationProblem> problems)

@@ -4,10 +4,13 @@ using System.Security.Cryptography.X509Certificates;
 namespace Tern.Proxy.Tls;
 
 /// <summary>A loaded certificate with its private key and chain, ready for handshakes.</summary>
-public sealed class ServerCertificate(string name, X509Certificate2 certificate, X509Certificate2Collection chain)
+public sealed class ServerCertificate(string name, X509Certificate2 certificate, X509Certificate2Collection chain, IReadOnlyList<string> hosts)
 {
     /// <summary>The name under Tern:Tls:Certificates (or "self-signed").</summary>
     public string Name { get; } = name;
+
+    /// <summary>The host names it is configured for (empty: the default certificate).</summary>
+    public IReadOnlyList<string> Hosts { get; } = hosts;
 
     /// <summary>The leaf certificate, with its private key.</summary>
     public X509Certificate2 Certificate { get; } = certificate;

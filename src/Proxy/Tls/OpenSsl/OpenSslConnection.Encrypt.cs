@@ -101,21 +101,11 @@ internal sealed partial class OpenSslConnection
         }
     }
 
-    private unsafe void SendCloseNotify()
+    private void SendCloseNotify()
     {
         var window = _transport.Output.GetMemory(RecordOverhead);
-        Interop.Result result;
-        lock (_native)
-        {
-            fixed (byte* output = window.Span)
-            {
-                Interop.Shutdown(_handle, output, window.Length, out result);
-            }
-
-            _pending = result.Pending;
-        }
-
-        _transport.Output.Advance(result.Produced);
-        DrainSpill(result.Pending);
+        var call = Native(Operation.Shutdown, default, window.Span);
+        _transport.Output.Advance(call.Produced);
+        DrainSpill(call.Pending);
     }
 }

@@ -87,6 +87,7 @@ internal sealed partial class OpenSslConnection
         Handshake,
         Decrypt,
         Encrypt,
+        Shutdown,
     }
 
     /// <summary>What one native call did.</summary>
@@ -120,7 +121,8 @@ internal sealed partial class OpenSslConnection
                 {
                     Operation.Handshake => Interop.Handshake(_handle, inputPointer, input.Length, outputPointer, output.Length, out result),
                     Operation.Decrypt => Interop.Decrypt(_handle, inputPointer, input.Length, outputPointer, output.Length, out result),
-                    _ => Interop.Encrypt(_handle, inputPointer, input.Length, outputPointer, output.Length, out result),
+                    Operation.Encrypt => Interop.Encrypt(_handle, inputPointer, input.Length, outputPointer, output.Length, out result),
+                    _ => Interop.Shutdown(_handle, outputPointer, output.Length, out result),
                 };
             }
 
@@ -129,11 +131,12 @@ internal sealed partial class OpenSslConnection
 
         if (result.Spilled > 0)
         {
-            // Decrypt and handshake spill only control records (alerts); encrypt spills payload.
+            // Encrypt spills payload; the others only control records (handshake, alerts, close_notify).
             var direction = operation switch
             {
                 Operation.Encrypt => "encrypt",
                 Operation.Decrypt => "decrypt",
+                Operation.Shutdown => "shutdown",
                 _ => "handshake",
             };
             _metrics.SpillEvent(direction);
