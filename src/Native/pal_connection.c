@@ -288,6 +288,15 @@ static int32_t Failure(TernTlsConnection* connection, int code)
             snprintf(connection->error, sizeof(connection->error), "TLS failure (SSL_get_error %d)", code);
         }
 
+        long verified = SSL_get_verify_result(connection->ssl);
+        if (verified != X509_V_OK)
+        {
+            // "certificate verify failed" alone does not say what was wrong with the client's certificate.
+            size_t used = strlen(connection->error);
+            snprintf(connection->error + used, sizeof(connection->error) - used, " (client certificate: %s)",
+                     X509_verify_cert_error_string(verified));
+        }
+
         return TERN_TLS_ERROR;
     }
 }
@@ -435,4 +444,27 @@ int32_t TernTls_ConnectionServerName(TernTlsConnection* connection, char* buffer
 int32_t TernTls_ConnectionError(TernTlsConnection* connection, char* buffer, int32_t capacity)
 {
     return connection == NULL ? -1 : TernCopyText(connection->error, strlen(connection->error), buffer, capacity);
+}
+
+int32_t TernTls_ConnectionPeerCertificate(TernTlsConnection* connection, uint8_t* buffer, int32_t capacity)
+{
+    X509* peer = connection == NULL ? NULL : SSL_get0_peer_certificate(connection->ssl);
+    if (peer == NULL)
+    {
+        return 0;
+    }
+
+    int length = i2d_X509(peer, NULL);
+    if (length <= 0)
+    {
+        return 0;
+    }
+
+    if (buffer == NULL || capacity < length)
+    {
+        return -length;
+    }
+
+    unsigned char* cursor = buffer;
+    return i2d_X509(peer, &cursor);
 }

@@ -8,6 +8,8 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <openssl/x509v3.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,6 +269,124 @@ int32_t TernTls_ServerAddCertificate(TernTlsServer* server,
 
     server->contexts[server->count] = context;
     return server->count++;
+}
+
+// Reads every certificate of a PEM bundle into a verification store and the list of names
+// sent to clients. Returns the number read, or -1 on a parse failure.
+static int ReadAuthorities(const uint8_t* pem, int32_t length, X509_STORE* store, STACK_OF(X509_NAME) * names)
+{
+    BIO* bio = BIO_new_mem_buf(pem, length);
+    if (bio == NULL)
+    {
+        return -1;
+    }
+
+    int count = 0;
+    X509* authority;
+    while ((authority = PEM_read_bio_X509(bio, NULL, NULL, NULL)) != NULL)
+    {
+        X509_NAME* name = X509_NAME_dup(X509_get_subject_name(authority));
+        int added = X509_STORE_add_cert(store, authority) == 1 && name != NULL && sk_X509_NAME_push(names, name) > 0;
+        X509_free(authority);
+        if (!added)
+        {
+            X509_NAME_free(name);
+            BIO_free(bio);
+            return -1;
+        }
+
+        count++;
+    }
+
+    BIO_free(bio);
+    // The loop ends on "no start line"; anything else is a damaged bundle.
+    unsigned long last = ERR_peek_last_error();
+    if (count == 0 || (last != 0 && ERR_GET_REASON(last) != PEM_R_NO_START_LINE))
+    {
+        return -1;
+    }
+
+    ERR_clear_error();
+    return count;
+}
+
+int32_t TernTls_ServerSetClientCertificates(TernTlsServer* server, int32_t mode,
+                                            const uint8_t* caPem, int32_t caLength)
+{
+    if (server == NULL || server->count == 0 || mode < TERN_TLS_CLIENT_CERTIFICATES_NONE ||
+        mode > TERN_TLS_CLIENT_CERTIFICATES_REQUIRED ||
+        (mode != TERN_TLS_CLIENT_CERTIFICATES_NONE && (caPem == NULL || caLength <= 0)))
+    {
+        return TERN_TLS_BAD_ARGUMENT;
+    }
+
+    if (mode == TERN_TLS_CLIENT_CERTIFICATES_NONE)
+    {
+        return TERN_TLS_OK;
+    }
+
+    ERR_clear_error();
+    int32_t status = TERN_TLS_ERROR;
+    X509_STORE* store = X509_STORE_new();
+    STACK_OF(X509_NAME)* names = sk_X509_NAME_new_null();
+    if (store == NULL || names == NULL)
+    {
+        status = TERN_TLS_NO_MEMORY;
+        goto done;
+    }
+
+    if (ReadAuthorities(caPem, caLength, store, names) <= 0)
+    {
+        if (ERR_peek_error() == 0)
+        {
+            ERR_raise_data(ERR_LIB_SSL, ERR_R_PASSED_INVALID_ARGUMENT, "no CA certificate in the bundle");
+        }
+
+        goto done;
+    }
+
+    // A session carries the client's verified identity: it must not resume under another mode or
+    // another set of CAs (a ticket issued without mTLS would otherwise skip it after a reload).
+    unsigned char context[SHA256_DIGEST_LENGTH];
+    EVP_MD_CTX* digest = EVP_MD_CTX_new();
+    unsigned char modeByte = (unsigned char)mode;
+    int hashed = digest != NULL && EVP_DigestInit_ex(digest, EVP_sha256(), NULL) == 1 &&
+                 EVP_DigestUpdate(digest, "tern-mtls", 9) == 1 && EVP_DigestUpdate(digest, &modeByte, 1) == 1 &&
+                 EVP_DigestUpdate(digest, caPem, (size_t)caLength) == 1 && EVP_DigestFinal_ex(digest, context, NULL) == 1;
+    EVP_MD_CTX_free(digest);
+    if (!hashed)
+    {
+        goto done;
+    }
+
+    int verify = SSL_VERIFY_PEER | (mode == TERN_TLS_CLIENT_CERTIFICATES_REQUIRED ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0);
+    for (int32_t i = 0; i < server->count; i++)
+    {
+        SSL_CTX* ctx = server->contexts[i];
+        STACK_OF(X509_NAME)* copy = SSL_dup_CA_list(names);
+        if (copy == NULL)
+        {
+            goto done;
+        }
+
+        SSL_CTX_set_client_CA_list(ctx, copy);
+        if (SSL_CTX_set1_verify_cert_store(ctx, store) != 1 ||
+            SSL_CTX_set_purpose(ctx, X509_PURPOSE_SSL_CLIENT) != 1 ||
+            SSL_CTX_set_session_id_context(ctx, context, sizeof(context)) != 1)
+        {
+            goto done;
+        }
+
+        SSL_CTX_set_verify(ctx, verify, NULL);
+        SSL_CTX_set_verify_depth(ctx, 8);
+    }
+
+    status = TERN_TLS_OK;
+
+done:
+    sk_X509_NAME_pop_free(names, X509_NAME_free);
+    X509_STORE_free(store);
+    return status;
 }
 
 int32_t TernTls_ServerSetTicketKeys(TernTlsServer* server, const uint8_t* keys, int32_t length)

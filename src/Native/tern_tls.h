@@ -20,7 +20,7 @@ extern "C" {
 
 // Version of this library's ABI. The managed side refuses to run against a
 // library whose ABI differs from the one it was built for.
-#define TERN_TLS_ABI_VERSION 3
+#define TERN_TLS_ABI_VERSION 4
 
 // Results of every operation (TernTlsResult.status, or a negative return).
 enum
@@ -85,6 +85,22 @@ TERN_EXPORT int32_t TernTls_ServerAddCertificate(TernTlsServer* server,
 // Call before the first connection: handshakes read the keys without a lock.
 TERN_EXPORT int32_t TernTls_ServerSetTicketKeys(TernTlsServer* server, const uint8_t* keys, int32_t length);
 
+// Client certificates (mTLS) asked for by TernTls_ServerSetClientCertificates.
+enum
+{
+    TERN_TLS_CLIENT_CERTIFICATES_NONE = 0,     // not asked for
+    TERN_TLS_CLIENT_CERTIFICATES_OPTIONAL = 1, // asked for; a client without one carries on
+    TERN_TLS_CLIENT_CERTIFICATES_REQUIRED = 2, // a client without one fails the handshake
+};
+
+// Asks clients for a certificate that must chain to one of the PEM CA
+// certificates in caPem (their names are sent in the CertificateRequest) and
+// be valid for client authentication; an untrusted certificate fails the
+// handshake in both modes. Sessions resume only under the same mode and CAs.
+// Call after the last TernTls_ServerAddCertificate, before the first connection.
+TERN_EXPORT int32_t TernTls_ServerSetClientCertificates(TernTlsServer* server, int32_t mode,
+                                                        const uint8_t* caPem, int32_t caLength);
+
 // Drops the caller's reference; connections hold their own.
 TERN_EXPORT void TernTls_ServerRelease(TernTlsServer* server);
 
@@ -133,6 +149,11 @@ TERN_EXPORT int32_t TernTls_ConnectionResumed(TernTlsConnection* connection);
 TERN_EXPORT int32_t TernTls_ConnectionCipher(TernTlsConnection* connection, char* buffer, int32_t capacity);
 TERN_EXPORT int32_t TernTls_ConnectionAlpn(TernTlsConnection* connection, char* buffer, int32_t capacity);
 TERN_EXPORT int32_t TernTls_ConnectionServerName(TernTlsConnection* connection, char* buffer, int32_t capacity);
+
+// Copies the client's verified certificate (DER) into buffer. Returns its
+// length, 0 when the client sent none, or the negative length needed when
+// buffer is NULL or smaller.
+TERN_EXPORT int32_t TernTls_ConnectionPeerCertificate(TernTlsConnection* connection, uint8_t* buffer, int32_t capacity);
 
 // The reason of the last ERROR on this connection (OpenSSL's error text).
 TERN_EXPORT int32_t TernTls_ConnectionError(TernTlsConnection* connection, char* buffer, int32_t capacity);

@@ -432,6 +432,180 @@ static void Resumption_ReplicasSharingTicketKeys_ResumeEachOthersSessions(void)
     TernTls_ServerRelease(stranger);
 }
 
+// A certificate for cn signed by issuer (self-signed when issuer is NULL): a CA when ca is 1,
+// else a leaf for client authentication (0) or for servers only (2).
+static X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, EVP_PKEY** key)
+{
+    *key = EVP_EC_gen("P-256");
+    X509* certificate = X509_new();
+    X509_set_version(certificate, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(certificate), ca ? 1 : 2);
+    X509_gmtime_adj(X509_getm_notBefore(certificate), -60);
+    X509_gmtime_adj(X509_getm_notAfter(certificate), 3600);
+    X509_set_pubkey(certificate, *key);
+    X509_NAME_add_entry_by_txt(X509_get_subject_name(certificate), "CN", MBSTRING_ASC, (const unsigned char*)cn, -1, -1, 0);
+    X509_set_issuer_name(certificate, X509_get_subject_name(issuer == NULL ? certificate : issuer));
+    X509V3_CTX context;
+    X509V3_set_ctx_nodb(&context);
+    X509V3_set_ctx(&context, issuer == NULL ? certificate : issuer, certificate, NULL, NULL, 0);
+    X509_EXTENSION* extension = ca == 1 ? X509V3_EXT_conf_nid(NULL, &context, NID_basic_constraints, "critical,CA:TRUE")
+                                   : X509V3_EXT_conf_nid(NULL, &context, NID_ext_key_usage, ca == 2 ? "serverAuth" : "clientAuth");
+    X509_add_ext(certificate, extension, -1);
+    X509_EXTENSION_free(extension);
+    X509_sign(certificate, issuerKey == NULL ? *key : issuerKey, EVP_sha256());
+    return certificate;
+}
+
+typedef struct Identity
+{
+    X509* certificate;
+    EVP_PKEY* key;
+} Identity;
+
+// One handshake on server with the client's identity (may be NULL) and session (may be NULL).
+// Returns whether it completed; *resumed and *next (if not NULL) tell about the session.
+static int MutualHandshake(TernTlsServer* server, int version, const Identity* identity, SSL_SESSION* session,
+                           SSL_SESSION** next, int* resumed, char* reason, size_t reasonCapacity)
+{
+    Client client = NewClient(version, "default.test", "\x02h2", session);
+    if (identity != NULL)
+    {
+        SSL_use_certificate(client.ssl, identity->certificate);
+        SSL_use_PrivateKey(client.ssl, identity->key);
+    }
+
+    TernTlsConnection* connection = NULL;
+    TernTls_ConnectionCreate(server, &connection);
+    int completed = Handshake(&client, connection, 1 << 20, 16384, NULL);
+    reason[0] = '\0';
+    if (!completed)
+    {
+        TernTls_ConnectionError(connection, reason, (int32_t)reasonCapacity);
+    }
+    else
+    {
+        // The certificate the server exposes is the one the client presented (DER), or none.
+        int32_t needed = TernTls_ConnectionPeerCertificate(connection, NULL, 0);
+        if (identity == NULL)
+        {
+            CHECK(needed == 0);
+        }
+        else
+        {
+            unsigned char* expected = NULL;
+            int expectedLength = i2d_X509(identity->certificate, &expected);
+            CHECK(needed == -expectedLength);
+            uint8_t* der = malloc((size_t)expectedLength);
+            CHECK(TernTls_ConnectionPeerCertificate(connection, der, expectedLength - 1) == -expectedLength);
+            CHECK(TernTls_ConnectionPeerCertificate(connection, der, expectedLength) == expectedLength);
+            CHECK(memcmp(der, expected, (size_t)expectedLength) == 0);
+            free(der);
+            OPENSSL_free(expected);
+        }
+
+        uint8_t byte;
+        size_t read;
+        SSL_read_ex(client.ssl, &byte, 1, &read); // TLS 1.3 tickets arrive after the handshake
+        if (resumed != NULL)
+        {
+            *resumed = TernTls_ConnectionResumed(connection);
+        }
+
+        SSL_shutdown(client.ssl);
+        if (next != NULL)
+        {
+            *next = SSL_get1_session(client.ssl);
+        }
+    }
+
+    ERR_clear_error(); // the client's side of a refused handshake leaves errors on this thread
+    TernTls_ConnectionFree(connection);
+    FreeClient(&client);
+    return completed;
+}
+
+static void ClientCertificates_RequiredAndOptional_VerifyAgainstTrustedCas(void)
+{
+    Identity authority, other, trusted, stranger, server;
+    authority.certificate = MakeIssued("Tern Test Client CA", NULL, NULL, 1, &authority.key);
+    other.certificate = MakeIssued("Another CA", NULL, NULL, 1, &other.key);
+    trusted.certificate = MakeIssued("client.test", authority.certificate, authority.key, 0, &trusted.key);
+    stranger.certificate = MakeIssued("stranger.test", other.certificate, other.key, 0, &stranger.key);
+    server.certificate = MakeIssued("server.test", authority.certificate, authority.key, 2, &server.key);
+    BIO* bio = BIO_new(BIO_s_mem());
+    PEM_write_bio_X509(bio, authority.certificate);
+    int caLength = 0;
+    char* caPem = BioText(bio, &caLength);
+    BIO_free(bio);
+
+    uint8_t keys[80] = {7};
+    TernTlsServer* plain = CreateServer();
+    TernTlsServer* required = CreateServer();
+    TernTlsServer* optional = CreateServer();
+    TernTls_ServerSetTicketKeys(plain, keys, sizeof(keys));
+    TernTls_ServerSetTicketKeys(required, keys, sizeof(keys));
+    TernTls_ServerSetTicketKeys(optional, keys, sizeof(keys));
+    CHECK(TernTls_ServerSetClientCertificates(plain, TERN_TLS_CLIENT_CERTIFICATES_NONE, NULL, 0) == TERN_TLS_OK);
+    CHECK(TernTls_ServerSetClientCertificates(required, TERN_TLS_CLIENT_CERTIFICATES_REQUIRED, (const uint8_t*)caPem, caLength) == TERN_TLS_OK);
+    CHECK(TernTls_ServerSetClientCertificates(optional, TERN_TLS_CLIENT_CERTIFICATES_OPTIONAL, (const uint8_t*)caPem, caLength) == TERN_TLS_OK);
+    CHECK(TernTls_ServerSetClientCertificates(optional, 3, (const uint8_t*)caPem, caLength) == TERN_TLS_BAD_ARGUMENT);
+    CHECK(TernTls_ServerSetClientCertificates(optional, TERN_TLS_CLIENT_CERTIFICATES_REQUIRED, NULL, 0) == TERN_TLS_BAD_ARGUMENT);
+    char reason[512];
+    CHECK(TernTls_ServerSetClientCertificates(optional, TERN_TLS_CLIENT_CERTIFICATES_REQUIRED, (const uint8_t*)"no pem here", 11) == TERN_TLS_ERROR);
+    CHECK(TernTls_LastErrorText(reason, sizeof(reason)) > 0);
+    CHECK(TernTls_ServerSetClientCertificates(optional, TERN_TLS_CLIENT_CERTIFICATES_REQUIRED, (const uint8_t*)caPem, caLength / 2) == TERN_TLS_ERROR);
+    TernTls_LastErrorText(reason, sizeof(reason));
+
+    int versions[] = {TLS1_2_VERSION, TLS1_3_VERSION};
+    for (int v = 0; v < 2; v++)
+    {
+        int resumed = -1;
+        SSL_SESSION* session = NULL;
+        SSL_SESSION* next = NULL;
+        CHECK(MutualHandshake(required, versions[v], &trusted, NULL, &session, &resumed, reason, sizeof(reason)));
+        CHECK(resumed == 0);
+        // A resumed session still carries the client's certificate.
+        CHECK(MutualHandshake(required, versions[v], &trusted, session, &next, &resumed, reason, sizeof(reason)));
+        CHECK(resumed == 1);
+        SSL_SESSION_free(next);
+        SSL_SESSION_free(session);
+
+        CHECK(!MutualHandshake(required, versions[v], NULL, NULL, NULL, NULL, reason, sizeof(reason)));
+        CHECK(strstr(reason, "did not return a certificate") != NULL);
+        CHECK(!MutualHandshake(required, versions[v], &stranger, NULL, NULL, NULL, reason, sizeof(reason)));
+        CHECK(strstr(reason, "client certificate: unable to get local issuer certificate") != NULL);
+        CHECK(!MutualHandshake(optional, versions[v], &stranger, NULL, NULL, NULL, reason, sizeof(reason)));
+        // Issued by the trusted CA, but for servers only.
+        CHECK(!MutualHandshake(required, versions[v], &server, NULL, NULL, NULL, reason, sizeof(reason)));
+        CHECK(strstr(reason, "client certificate: unsuitable certificate purpose") != NULL);
+
+        CHECK(MutualHandshake(optional, versions[v], NULL, NULL, NULL, NULL, reason, sizeof(reason)));
+        CHECK(MutualHandshake(optional, versions[v], &trusted, NULL, NULL, NULL, reason, sizeof(reason)));
+
+        // Same ticket keys, other verification: a session from the server without mTLS does not
+        // skip the certificate on the one that requires it (full handshake, which then fails).
+        CHECK(MutualHandshake(plain, versions[v], NULL, NULL, &session, &resumed, reason, sizeof(reason)));
+        CHECK(MutualHandshake(plain, versions[v], NULL, session, &next, &resumed, reason, sizeof(reason)) && resumed == 1);
+        SSL_SESSION_free(next);
+        CHECK(!MutualHandshake(required, versions[v], NULL, session, NULL, NULL, reason, sizeof(reason)));
+        CHECK(MutualHandshake(optional, versions[v], NULL, session, &next, &resumed, reason, sizeof(reason)) && resumed == 0);
+        SSL_SESSION_free(next);
+        SSL_SESSION_free(session);
+    }
+
+    free(caPem);
+    Identity* all[] = {&authority, &other, &trusted, &stranger, &server};
+    for (size_t i = 0; i < 5; i++)
+    {
+        X509_free(all[i]->certificate);
+        EVP_PKEY_free(all[i]->key);
+    }
+
+    TernTls_ServerRelease(plain);
+    TernTls_ServerRelease(required);
+    TernTls_ServerRelease(optional);
+}
+
 static void Garbage_IsAnErrorWithReason(void)
 {
     TernTlsServer* server = CreateServer();
@@ -536,6 +710,7 @@ int main(void)
     Handshake_OneByteInputsAndTinyOutputWindow_SpillsAndCompletes();
     Data_BothDirections_ArriveByteForByteAcrossSmallWindows();
     Resumption_ReplicasSharingTicketKeys_ResumeEachOthersSessions();
+    ClientCertificates_RequiredAndOptional_VerifyAgainstTrustedCas();
     Garbage_IsAnErrorWithReason();
     TenThousandConnections_LeaveNoMemoryBehind();
     CHECK(s_selectorCalls > 0);

@@ -17,6 +17,9 @@ public sealed record ConfigurationSnapshot(
     /// <summary>Session ticket keys from Tern:Tls:SessionTicketKeys (empty: per-process random keys).</summary>
     public ReadOnlyMemory<byte> SessionTicketKeys { get; init; }
 
+    /// <summary>The client certificates (mTLS) the HTTPS listener accepts.</summary>
+    public ClientCertificateTrust ClientCertificates { get; init; } = ClientCertificateTrust.None;
+
     /// <summary>Size of one session ticket key: 16 bytes name, 32 AES-256 key, 32 HMAC-SHA256 key.</summary>
     public const int SessionTicketKeySize = 80;
 
@@ -31,6 +34,7 @@ public sealed record ConfigurationSnapshot(
         var selfSigned = settings.Certificates.Count == 0;
         var certificates = LoadCertificates(settings, selfSigned, reader.Problems);
         var ticketKeys = LoadTicketKeys(settings.SessionTicketKeysPath, reader.Problems);
+        var clientCertificates = ClientCertificateTrust.Load(settings, reader.Problems);
 
         problems = reader.Problems;
         if (problems.Count > 0 || certificates is null)
@@ -44,6 +48,7 @@ public sealed record ConfigurationSnapshot(
         return new ConfigurationSnapshot(settings, certificates, selfSigned, reverseProxy, reader.UnreadKeys(TernSettings.Section).ToList())
         {
             SessionTicketKeys = ticketKeys,
+            ClientCertificates = clientCertificates,
         };
     }
 

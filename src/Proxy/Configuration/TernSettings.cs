@@ -19,6 +19,12 @@ public sealed record TernSettings
 
     public string TlsEngine { get; init; } = TlsEngines.OpenSsl;
 
+    /// <summary>Whether the HTTPS listener asks clients for a certificate (mutual TLS).</summary>
+    public ClientCertificateMode ClientCertificateMode { get; init; } = ClientCertificateMode.None;
+
+    /// <summary>PEM file of the CAs that issue client certificates (required unless the mode is None).</summary>
+    public string? TrustedClientCaPath { get; init; }
+
     public TimeSpan HandshakeTimeout { get; init; } = TimeSpan.FromSeconds(10);
 
     public IReadOnlyList<CertificateSettings> Certificates { get; init; } = [];
@@ -53,6 +59,8 @@ public sealed record TernSettings
             RedirectHttpsPort = reader.Port("Tern:Http:RedirectHttpsPort", httpsPort),
             ManagementPort = reader.Port("Tern:Management:Port", defaults.ManagementPort),
             TlsEngine = ReadEngine(reader),
+            ClientCertificateMode = ReadClientCertificateMode(reader),
+            TrustedClientCaPath = reader.String("Tern:Https:ClientCertificates:TrustedCaPath"),
             HandshakeTimeout = reader.Duration("Tern:Tls:HandshakeTimeout", defaults.HandshakeTimeout),
             Certificates = ReadCertificates(reader),
             SelfSignedDirectory = reader.String("Tern:Tls:SelfSignedDirectory") ?? defaults.SelfSignedDirectory,
@@ -129,6 +137,27 @@ public sealed record TernSettings
 
         reader.Add(key, $"'{text}' is not a TLS engine; use {TlsEngines.OpenSsl} or {TlsEngines.SslStream}");
         return TlsEngines.SslStream;
+    }
+
+    private static ClientCertificateMode ReadClientCertificateMode(SettingReader reader)
+    {
+        const string key = "Tern:Https:ClientCertificates:Mode";
+        var text = reader.String(key);
+        if (text is null)
+        {
+            return ClientCertificateMode.None;
+        }
+
+        foreach (var mode in Enum.GetValues<ClientCertificateMode>())
+        {
+            if (string.Equals(text, mode.ToString(), StringComparison.OrdinalIgnoreCase))
+            {
+                return mode;
+            }
+        }
+
+        reader.Add(key, $"'{text}' is not a client certificate mode; use None, Optional or Required");
+        return ClientCertificateMode.None;
     }
 
     private static List<CertificateSettings> ReadCertificates(SettingReader reader)

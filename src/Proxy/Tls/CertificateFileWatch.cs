@@ -5,7 +5,7 @@ using Tern.Proxy.Configuration;
 namespace Tern.Proxy.Tls;
 
 /// <summary>
-/// Signals when any certificate, key or session-ticket-key file in force changes on disk (a renewed
+/// Signals when any certificate, key, session-ticket-key or client CA file in force changes on disk (a renewed
 /// certificate, a rotated Kubernetes secret), so that it is reloaded without any configuration edit.
 /// </summary>
 internal sealed class CertificateFileWatch : IDisposable
@@ -16,7 +16,7 @@ internal sealed class CertificateFileWatch : IDisposable
     {
         var tokens = new List<IChangeToken>();
         var files = settings.Certificates.SelectMany(c => new[] { c.CertificatePath, c.KeyPath })
-            .Append(settings.SessionTicketKeysPath).OfType<string>().Select(Path.GetFullPath);
+            .Append(settings.SessionTicketKeysPath).Append(settings.TrustedClientCaPath).OfType<string>().Select(Path.GetFullPath);
         foreach (var folder in files.GroupBy(f => Path.GetDirectoryName(f)!))
         {
             if (!Directory.Exists(folder.Key))

@@ -34,33 +34,62 @@ public static class TlsListenOptionsExtensions
             return listenOptions;
         }
 
-        return listenOptions.UseSslStream(active);
+        return listenOptions.UseSslStream(active, services.GetRequiredService<ILoggerFactory>().CreateLogger("Tern.Proxy.Tls"));
     }
 
-    private static ListenOptions UseSslStream(this ListenOptions listenOptions, ActiveConfiguration configuration)
+    private static ListenOptions UseSslStream(this ListenOptions listenOptions, ActiveConfiguration configuration, ILogger logger)
     {
         var protocols = listenOptions.Protocols.HasFlag(HttpProtocols.Http2) ? s_h2AndHttp11 : s_http11;
 
         // One options object per certificate and listener, built on first use and reused by every
         // handshake: SslStream copies what it needs, and rebuilding per connection costs allocations.
+        // With client certificates on, options are per connection, so that a refusal is logged with
+        // the connection it refused.
         var cache = new ConditionalWeakTable<ServerCertificate, SslServerAuthenticationOptions>();
         listenOptions.UseHttps(new TlsHandshakeCallbackOptions
         {
             HandshakeTimeout = configuration.Current.Settings.HandshakeTimeout,
             OnConnection = context =>
             {
-                var certificate = configuration.Current.Certificates.Select(context.ClientHelloInfo.ServerName);
-                return ValueTask.FromResult(cache.GetValue(certificate, c => new SslServerAuthenticationOptions
-                {
-                    ServerCertificateContext = c.StreamContext,
-                    ApplicationProtocols = protocols,
-                    EnabledSslProtocols = SslProtocols.Tls12 | SslProtocols.Tls13,
-                    CertificateRevocationCheckMode = System.Security.Cryptography.X509Certificates.X509RevocationMode.NoCheck,
-                    AllowRenegotiation = false,
-                    ClientCertificateRequired = false,
-                }));
+                var snapshot = configuration.Current;
+                var certificate = snapshot.Certificates.Select(context.ClientHelloInfo.ServerName);
+                return ValueTask.FromResult(snapshot.ClientCertificates.Mode == ClientCertificateMode.None
+                    ? cache.GetValue(certificate, c => Options(c, protocols, ClientCertificateTrust.None, context.Connection, logger))
+                    : Options(certificate, protocols, snapshot.ClientCertificates, context.Connection, logger));
             },
         });
         return listenOptions;
+    }
+
+    private static SslServerAuthenticationOptions Options(ServerCertificate certificate, List<SslApplicationProtocol> protocols, ClientCertificateTrust trust,
+        Microsoft.AspNetCore.Connections.ConnectionContext connection, ILogger logger)
+    {
+        var options = new SslServerAuthenticationOptions
+        {
+            ServerCertificateContext = certificate.StreamContext,
+            ApplicationProtocols = protocols,
+            EnabledSslProtocols = SslProtocols.Tls12 | SslProtocols.Tls13,
+            CertificateRevocationCheckMode = System.Security.Cryptography.X509Certificates.X509RevocationMode.NoCheck,
+            AllowRenegotiation = false,
+            ClientCertificateRequired = trust.Mode != ClientCertificateMode.None,
+        };
+
+        if (trust.Mode != ClientCertificateMode.None)
+        {
+            // SslStream hands over the client's certificate and leaves the decision to this callback
+            // (its own errors, against the machine's roots, are not the rules here).
+            options.RemoteCertificateValidationCallback = (_, presented, chain, _) =>
+            {
+                if (trust.Accepts(presented, chain, out var reason))
+                {
+                    return true;
+                }
+
+                TernLog.ClientCertificateRefused(logger, connection.ConnectionId, connection.RemoteEndPoint?.ToString() ?? "-", reason!);
+                return false;
+            };
+        }
+
+        return options;
     }
 }

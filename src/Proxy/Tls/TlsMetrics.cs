@@ -12,6 +12,9 @@ public sealed class TlsMetrics : IDisposable
 {
     public const string MeterName = "Tern.Tls";
 
+    /// <summary>error.type of a handshake that failed because the client certificate was missing or untrusted.</summary>
+    public const string ClientCertificateRefused = "client_certificate";
+
     /// <summary>Values of tern.tls.path.</summary>
     public static class Paths
     {

@@ -45,8 +45,8 @@ public sealed class TernInstance : IAsyncDisposable
     /// <summary>Replaces the watched settings file, as an operator editing it would.</summary>
     public Task RewriteConfigAsync(string json) => File.WriteAllTextAsync(Path.Combine(Folder, "config", "appsettings.json"), json);
 
-    public HttpClient CreateClient(string host = "localhost", Version? version = null, Action<X509Certificate2>? certificateSeen = null) =>
-        CreateClient(Config.HttpsPort, "https", host, version, certificateSeen);
+    public HttpClient CreateClient(string host = "localhost", Version? version = null, Action<X509Certificate2>? certificateSeen = null, X509Certificate2? clientCertificate = null) =>
+        CreateClient(Config.HttpsPort, "https", host, version, certificateSeen, clientCertificate);
 
     public HttpClient CreatePlainClient(int port, string host = "localhost") => CreateClient(port, "http", host, null, null);
 
@@ -54,7 +54,7 @@ public sealed class TernInstance : IAsyncDisposable
     /// A client that resolves every host name to 127.0.0.1, so that SNI and Host carry test names
     /// (a.test) while traffic stays on loopback.
     /// </summary>
-    public static HttpClient CreateClient(int port, string scheme, string host, Version? version, Action<X509Certificate2>? certificateSeen)
+    public static HttpClient CreateClient(int port, string scheme, string host, Version? version, Action<X509Certificate2>? certificateSeen, X509Certificate2? clientCertificate = null)
     {
         var handler = new SocketsHttpHandler
         {
@@ -76,6 +76,12 @@ public sealed class TernInstance : IAsyncDisposable
 
             return true;
         };
+        if (clientCertificate is not null)
+        {
+            // Offered whatever CAs the server names, so that an untrusted one reaches the server.
+            handler.SslOptions.LocalCertificateSelectionCallback = (_, _, _, _, _) => clientCertificate;
+        }
+
         return new HttpClient(handler)
         {
             BaseAddress = new Uri($"{scheme}://{host}:{port}/"),

@@ -32,6 +32,47 @@ public static class TestPki
         }
     }
 
+    /// <summary>PEM file of the CA that issues <see cref="TrustedClient"/> (for Tern:Https:ClientCertificates:TrustedCaPath).</summary>
+    public static string ClientCaPath => s_clients.Value.CaPath;
+
+    /// <summary>CN=client.test, for client authentication, issued by the CA in <see cref="ClientCaPath"/>.</summary>
+    public static ClientIdentity TrustedClient => s_clients.Value.Trusted;
+
+    /// <summary>CN=stranger.test, for client authentication, issued by a CA Tern is not told about.</summary>
+    public static ClientIdentity UntrustedClient => s_clients.Value.Untrusted;
+
+    private static readonly Lazy<(string CaPath, ClientIdentity Trusted, ClientIdentity Untrusted)> s_clients = new(() =>
+    {
+        using var authority = CreateAuthority("Tern Test Client CA");
+        using var stranger = CreateAuthority("Some Other CA");
+        var caPath = Path.Combine(s_folder.Value, "client-ca.crt");
+        File.WriteAllText(caPath, authority.ExportCertificatePem());
+        return (caPath, IssueClient("client.test", authority), IssueClient("stranger.test", stranger));
+    });
+
+    private static X509Certificate2 CreateAuthority(string name)
+    {
+        using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
+        var request = new CertificateRequest($"CN={name}", key, HashAlgorithmName.SHA256);
+        request.CertificateExtensions.Add(new X509BasicConstraintsExtension(true, false, 0, true));
+        request.CertificateExtensions.Add(new X509KeyUsageExtension(X509KeyUsageFlags.KeyCertSign | X509KeyUsageFlags.CrlSign, true));
+        return request.CreateSelfSigned(DateTimeOffset.UtcNow.AddDays(-1), DateTimeOffset.UtcNow.AddDays(30));
+    }
+
+    private static ClientIdentity IssueClient(string name, X509Certificate2 authority)
+    {
+        using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
+        var request = new CertificateRequest($"CN={name}", key, HashAlgorithmName.SHA256);
+        request.CertificateExtensions.Add(new X509EnhancedKeyUsageExtension([new Oid("1.3.6.1.5.5.7.3.2")], false));
+        request.CertificateExtensions.Add(new X509KeyUsageExtension(X509KeyUsageFlags.DigitalSignature, true));
+        using var issued = request.Create(authority, DateTimeOffset.UtcNow.AddHours(-1), DateTimeOffset.UtcNow.AddDays(7), RandomNumberGenerator.GetBytes(8));
+        var certificatePath = Path.Combine(s_folder.Value, $"{name}.crt");
+        var keyPath = Path.Combine(s_folder.Value, $"{name}.key");
+        File.WriteAllText(certificatePath, issued.ExportCertificatePem());
+        File.WriteAllText(keyPath, key.ExportPkcs8PrivateKeyPem());
+        return new ClientIdentity(certificatePath, keyPath, X509Certificate2.CreateFromPemFile(certificatePath, keyPath));
+    }
+
     /// <summary>Writes a fresh certificate and key with the given names into folder.</summary>
     public static PemPair Create(string name, string[] dnsNames, string? folder = null)
     {
@@ -56,3 +97,6 @@ public static class TestPki
 }
 
 public sealed record PemPair(string CertificatePath, string KeyPath, string Thumbprint);
+
+/// <summary>A client certificate (mTLS) on disk for curl and openssl, and in memory with its key for HttpClient.</summary>
+public sealed record ClientIdentity(string CertificatePath, string KeyPath, X509Certificate2 Certificate);

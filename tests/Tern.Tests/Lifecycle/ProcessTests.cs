@@ -24,6 +24,10 @@ public abstract class ProcessTests(string engine)
         { "TERN_CONFIG in a missing folder", "TERN_CONFIG=/nonexistent/folder/tern.json", "error: TERN_CONFIG (/nonexistent/folder/tern.json): the folder does not exist" },
         { "TERN_CONFIG missing", "TERN_CONFIG=/tmp/tern-no-such-file.json", "error: TERN_CONFIG (/tmp/tern-no-such-file.json): the file does not exist" },
         { "ticket keys of the wrong size", "Tern__Tls__SessionTicketKeys=/etc/hostname", "error: Tern:Tls:SessionTicketKeys: '/etc/hostname' holds" },
+        { "unknown client certificate mode", "Tern__Https__ClientCertificates__Mode=Sometimes", "error: Tern:Https:ClientCertificates:Mode: 'Sometimes' is not a client certificate mode; use None, Optional or Required" },
+        { "client certificates without CAs", "Tern__Https__ClientCertificates__Mode=Required", "error: Tern:Https:ClientCertificates:TrustedCaPath: is required when Tern:Https:ClientCertificates:Mode is Required" },
+        { "client CA file without certificates", "Tern__Https__ClientCertificates__Mode=Optional|Tern__Https__ClientCertificates__TrustedCaPath=/etc/hostname", "error: Tern:Https:ClientCertificates:TrustedCaPath: '/etc/hostname' holds no PEM certificate" },
+        { "client CA file missing", "Tern__Https__ClientCertificates__Mode=Optional|Tern__Https__ClientCertificates__TrustedCaPath=/nonexistent/ca.crt", "error: Tern:Https:ClientCertificates:TrustedCaPath: cannot read '/nonexistent/ca.crt'" },
     };
 
     [Theory]

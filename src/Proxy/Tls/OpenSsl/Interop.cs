@@ -9,7 +9,7 @@ internal static unsafe partial class Interop
     private const string Library = "tern_tls";
 
     /// <summary>The ABI this build expects (TERN_TLS_ABI_VERSION).</summary>
-    public const int AbiVersion = 3;
+    public const int AbiVersion = 4;
 
     public const int Ok = 0;
     public const int WantRead = 1;
@@ -49,6 +49,9 @@ internal static unsafe partial class Interop
     [LibraryImport(Library, EntryPoint = "TernTls_ServerSetTicketKeys")]
     public static partial int ServerSetTicketKeys(ServerHandle server, byte* keys, int length);
 
+    [LibraryImport(Library, EntryPoint = "TernTls_ServerSetClientCertificates")]
+    public static partial int ServerSetClientCertificates(ServerHandle server, int mode, byte* caPem, int caLength);
+
     [LibraryImport(Library, EntryPoint = "TernTls_ServerRelease")]
     public static partial void ServerRelease(nint server);
 
@@ -85,6 +88,9 @@ internal static unsafe partial class Interop
     [LibraryImport(Library, EntryPoint = "TernTls_ConnectionServerName")]
     private static partial int ConnectionServerName(ConnectionHandle connection, byte* buffer, int capacity);
 
+    [LibraryImport(Library, EntryPoint = "TernTls_ConnectionPeerCertificate")]
+    private static partial int ConnectionPeerCertificate(ConnectionHandle connection, byte* buffer, int capacity);
+
     [LibraryImport(Library, EntryPoint = "TernTls_ConnectionError")]
     private static partial int ConnectionError(ConnectionHandle connection, byte* buffer, int capacity);
 
@@ -100,6 +106,22 @@ internal static unsafe partial class Interop
         var buffer = stackalloc byte[256];
         var length = ConnectionAlpn(connection, buffer, 256);
         return length <= 0 ? [] : new ReadOnlySpan<byte>(buffer, length).ToArray();
+    }
+
+    /// <summary>The client's verified certificate (DER), or null when it sent none.</summary>
+    public static byte[]? PeerCertificate(ConnectionHandle connection)
+    {
+        var needed = ConnectionPeerCertificate(connection, null, 0);
+        if (needed == 0)
+        {
+            return null;
+        }
+
+        var der = new byte[-needed];
+        fixed (byte* buffer = der)
+        {
+            return ConnectionPeerCertificate(connection, buffer, der.Length) == der.Length ? der : null;
+        }
     }
 
     public static string ServerName(ConnectionHandle connection) => Text((b, c) => ConnectionServerName(connection, b, c));

@@ -121,6 +121,7 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
             await _encrypting.ConfigureAwait(false);
         }
         _handle.Dispose();
+        ClientCertificate?.Dispose();
         GC.KeepAlive(_server);
     }
 
@@ -139,6 +140,8 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
         ApplicationProtocol = Interop.Alpn(_handle);
         HostName = Interop.ServerName(_handle);
         Resumed = Interop.ConnectionResumed(_handle) == 1;
+        var peer = Interop.PeerCertificate(_handle);
+        ClientCertificate = peer is null ? null : X509CertificateLoader.LoadCertificate(peer);
     }
 
     /// <summary>"1.2" or "1.3", as OpenTelemetry's tls.protocol.version expects.</summary>

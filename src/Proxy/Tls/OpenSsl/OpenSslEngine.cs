@@ -45,5 +45,5 @@ internal sealed class OpenSslEngine
 
     /// <summary>The native server for this configuration, built on first use.</summary>
     public OpenSslServer ServerFor(ConfigurationSnapshot snapshot) =>
-        _servers.GetValue(snapshot, s => new OpenSslServer(s.Certificates, s_alpn, s.SessionTicketKeys.IsEmpty ? _processTicketKey : s.SessionTicketKeys));
+        _servers.GetValue(snapshot, s => new OpenSslServer(s.Certificates, s_alpn, s.SessionTicketKeys.IsEmpty ? _processTicketKey : s.SessionTicketKeys, s.ClientCertificates));
 }

@@ -17,7 +17,7 @@ internal sealed unsafe class OpenSslServer
     private readonly Dictionary<ServerCertificate, int> _indexes = [];
     private GCHandle _self;
 
-    public OpenSslServer(CertificateSet certificates, ReadOnlySpan<byte> alpn, ReadOnlyMemory<byte> ticketKeys)
+    public OpenSslServer(CertificateSet certificates, ReadOnlySpan<byte> alpn, ReadOnlyMemory<byte> ticketKeys, ClientCertificateTrust clientCertificates)
     {
         _certificates = certificates;
         // The native side holds only a weak handle: a handshake in progress keeps this object alive
@@ -35,6 +35,14 @@ internal sealed unsafe class OpenSslServer
         foreach (var certificate in ordered)
         {
             _indexes[certificate] = AddCertificate(certificate);
+        }
+
+        if (clientCertificates.Mode != ClientCertificateMode.None)
+        {
+            fixed (byte* authorities = clientCertificates.Pem.Span)
+            {
+                Check(Interop.ServerSetClientCertificates(Handle, (int)clientCertificates.Mode, authorities, clientCertificates.Pem.Length), "load the client CA certificates");
+            }
         }
 
         if (!ticketKeys.IsEmpty)

@@ -38,8 +38,17 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
 
         if (failure is not null)
         {
-            metrics.HandshakeFailed(elapsed, failure.Split(':')[0]);
-            TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", failure);
+            var remote = context.RemoteEndPoint?.ToString() ?? "-";
+            if (RefusedClientCertificate(failure))
+            {
+                metrics.HandshakeFailed(elapsed, TlsMetrics.ClientCertificateRefused);
+                TernLog.ClientCertificateRefused(logger, context.ConnectionId, remote, failure);
+            }
+            else
+            {
+                metrics.HandshakeFailed(elapsed, failure.Split(':')[0]);
+                TernLog.HandshakeFailed(logger, context.ConnectionId, remote, failure);
+            }
 
             // Close gracefully, so that the alert OpenSSL wrote (protocol_version, ...) reaches the
             // client before the FIN; an abort could drop it from the send buffer.
@@ -65,4 +74,10 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
             context.Transport = transport;
         }
     }
+
+    // The native library marks verification failures "(client certificate: ...)"; OpenSSL's own
+    // text covers a client that sent none when one is required.
+    private static bool RefusedClientCertificate(string failure) =>
+        failure.Contains("(client certificate:", StringComparison.Ordinal) ||
+        failure.Contains("peer did not return a certificate", StringComparison.Ordinal);
 }
