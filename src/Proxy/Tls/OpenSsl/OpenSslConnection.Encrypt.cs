@@ -7,15 +7,15 @@ internal sealed partial class OpenSslConnection
     // TLS 1.2 GCM adds 29 bytes to a record (header, explicit nonce, tag), TLS 1.3 adds 22.
     private const int RecordOverhead = 64;
 
-    // The smallest window worth a record; below it the pipe hands out a fresh block.
-    private const int MinimumWindow = 1024;
+    // The most plaintext one TLS record carries.
+    private const int MaxRecordPlaintext = 16 * 1024;
 
     /// <summary>
     /// Plaintext Kestrel wrote → records written by OpenSSL straight into the socket pipe's memory.
-    /// Each record is sized to the pipe's own pinned block (about 4 KB): asking for larger windows
-    /// made the pipe fall back to array-pool arrays, and with a megabyte in flight the pool ran dry
-    /// (1.48 MB allocated per 1 MB response, loadtest 2026-11-22-0431). Nothing spills. Also the only
-    /// writer of the socket pipe: it drains what the decrypt side spilled, and sends close_notify.
+    /// One record per plaintext segment (up to 16 KB), into a window the size of that record: the
+    /// socket pipe's pinned 4 KB block for small ones, an array-pool array for large ones. Nothing
+    /// spills. Also the only writer of the socket pipe: it drains what the decrypt side spilled, and
+    /// sends close_notify.
     /// </summary>
     private async Task EncryptLoopAsync()
     {
@@ -80,7 +80,7 @@ internal sealed partial class OpenSslConnection
             var offset = 0;
             while (offset < segment.Length)
             {
-                var window = _transport.Output.GetMemory(MinimumWindow);
+                var window = _transport.Output.GetMemory(Math.Min(segment.Length - offset, MaxRecordPlaintext) + RecordOverhead);
                 var chunk = Math.Min(segment.Length - offset, window.Length - RecordOverhead);
                 var call = Native(Operation.Encrypt, segment.Span.Slice(offset, chunk), window.Span);
                 _transport.Output.Advance(call.Produced);
