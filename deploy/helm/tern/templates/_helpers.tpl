@@ -115,6 +115,12 @@ Input checks; rendered (as nothing) by the Deployment.
 {{- if and .Values.reverseProxy (not (kindIs "map" .Values.reverseProxy)) }}
 {{- fail "reverseProxy must be a map (the YARP ReverseProxy section)" }}
 {{- end }}
+{{- if not (has (toString .Values.tls.clientCertificates.mode) (list "None" "Optional" "Required")) }}
+{{- fail "tls.clientCertificates.mode must be \"None\", \"Optional\" or \"Required\"" }}
+{{- end }}
+{{- if and (ne (toString .Values.tls.clientCertificates.mode) "None") (not .Values.tls.clientCertificates.caSecretName) }}
+{{- fail "tls.clientCertificates.caSecretName is required when tls.clientCertificates.mode is not None (a secret with the client CA certificates under ca.crt)" }}
+{{- end }}
 {{- if and .Values.config (not (kindIs "map" .Values.config)) }}
 {{- fail "config must be a map (appsettings-format configuration)" }}
 {{- end }}

@@ -1,0 +1,111 @@
+using Tern.Tests.Infrastructure;
+using Xunit.Abstractions;
+
+namespace Tern.Tests.Tls;
+
+/// <summary>Runs alone (no other test allocating in the process meanwhile).</summary>
+[CollectionDefinition(nameof(RunsAlone), DisableParallelization = true)]
+public sealed class RunsAlone;
+
+/// <summary>
+/// The OpenSSL engine allocates nothing per TLS record in steady state. Measured on the whole
+/// process (proxy, test client and upstream share it), so two checks: the runtime's allocation
+/// samples over 256 MB of records name no type of Tern's, and the bytes allocated per extra 16 KB
+/// record stay under a bound that catches an allocation the size of a record.
+/// </summary>
+[Collection(nameof(RunsAlone))]
+public sealed class AllocationTests(ITestOutputHelper output) : IAsyncLifetime
+{
+    private TestUpstream _upstream = null!;
+    private TernInstance _tern = null!;
+
+    public async Task InitializeAsync()
+    {
+        _upstream = await TestUpstream.StartAsync();
+        _tern = await TernInstance.StartAsync(TernConfig.To(Proxy.Tls.TlsEngines.OpenSsl, _upstream));
+    }
+
+    public async Task DisposeAsync()
+    {
+        await _tern.DisposeAsync();
+        await _upstream.DisposeAsync();
+    }
+
+    [Fact]
+    public async Task Downloads_AllocateNothingPerRecordInTheEngine()
+    {
+        using var client = _tern.CreateClient();
+        var buffer = new byte[64 * 1024];
+        for (var i = 0; i < 5; i++)
+        {
+            await DownloadAsync(client, 16, buffer); // warm-up: JIT, pools, connection
+        }
+
+        // The upstream writes the same 64 KB chunk count times; the proxy turns it into 16 KB records.
+        var shortOne = long.MaxValue;
+        var longOne = long.MaxValue;
+        for (var i = 0; i < 3; i++)
+        {
+            shortOne = Math.Min(shortOne, await AllocatedDuringAsync(() => DownloadAsync(client, 16, buffer)));
+            longOne = Math.Min(longOne, await AllocatedDuringAsync(() => DownloadAsync(client, 272, buffer)));
+        }
+
+        // The runtime samples an allocation about every 100 KB allocated, naming its type.
+        using var samples = new AllocationSamples();
+        for (var i = 0; i < 4; i++)
+        {
+            await DownloadAsync(client, 1024, buffer);
+        }
+
+        var records = (272 - 16) * 64 * 1024 / (16 * 1024);
+        var perRecord = (double)(longOne - shortOne) / records;
+        output.WriteLine($"allocated: 1 MB download {shortOne} B, 17 MB download {longOne} B: {perRecord:F1} B per extra 16 KB record, whole process");
+        output.WriteLine("allocation samples over 256 MB: " + string.Join("; ", samples.Types.OrderByDescending(p => p.Value).Select(p => $"{p.Value} {p.Key}")));
+        Assert.DoesNotContain(samples.Types.Keys, type => type.Contains("Tern.", StringComparison.Ordinal));
+        Assert.True(perRecord < 1024, $"{perRecord:F1} bytes allocated per 16 KB record (1 MB: {shortOne} B, 17 MB: {longOne} B)");
+    }
+
+    private static async Task<long> AllocatedDuringAsync(Func<Task> action)
+    {
+        var before = GC.GetTotalAllocatedBytes(precise: true);
+        await action();
+        return GC.GetTotalAllocatedBytes(precise: true) - before;
+    }
+
+    private static async Task DownloadAsync(HttpClient client, int chunks, byte[] buffer)
+    {
+        using var response = await client.GetAsync(new Uri($"/stream/{chunks}/0", UriKind.Relative), HttpCompletionOption.ResponseHeadersRead);
+        response.EnsureSuccessStatusCode();
+        await using var body = await response.Content.ReadAsStreamAsync();
+        long total = 0;
+        int read;
+        while ((read = await body.ReadAsync(buffer)) > 0)
+        {
+            total += read;
+        }
+
+        Assert.Equal(chunks * 64L * 1024, total);
+    }
+}
+
+internal sealed class AllocationSamples : System.Diagnostics.Tracing.EventListener
+{
+    public System.Collections.Concurrent.ConcurrentDictionary<string, int> Types { get; } = new();
+
+    protected override void OnEventSourceCreated(System.Diagnostics.Tracing.EventSource eventSource)
+    {
+        if (eventSource.Name == "Microsoft-Windows-DotNETRuntime")
+        {
+            EnableEvents(eventSource, System.Diagnostics.Tracing.EventLevel.Verbose, (System.Diagnostics.Tracing.EventKeywords)0x1);
+        }
+    }
+
+    protected override void OnEventWritten(System.Diagnostics.Tracing.EventWrittenEventArgs eventData)
+    {
+        if (eventData.EventName?.StartsWith("GCAllocationTick", StringComparison.Ordinal) == true && eventData.Payload is { } payload)
+        {
+            var index = eventData.PayloadNames!.IndexOf("TypeName");
+            Types.AddOrUpdate(payload[index]?.ToString() ?? "?", 1, (_, c) => c + 1);
+        }
+    }
+}
