@@ -34,6 +34,7 @@ struct TernTlsConnection
     size_t drained;
 
     TernSpill spill;
+    int clientCertificateRefused;
     char error[512];
 };
 
@@ -282,22 +283,30 @@ static int32_t Failure(TernTlsConnection* connection, int code)
     case SSL_ERROR_ZERO_RETURN:
         return TERN_TLS_CLOSED;
     default:
-        TernDrainErrors(connection->error, sizeof(connection->error));
+    {
+        unsigned long last = ERR_peek_last_error();
+        long verified = SSL_get_verify_result(connection->ssl);
+        connection->clientCertificateRefused =
+            verified != X509_V_OK ||
+            (ERR_GET_LIB(last) == ERR_LIB_SSL && ERR_GET_REASON(last) == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE);
+        // "certificate verify failed" alone does not say what was wrong with the client's
+        // certificate: that comes first, so that a long error queue cannot cut it off.
+        size_t used = 0;
+        if (verified != X509_V_OK)
+        {
+            int written = snprintf(connection->error, sizeof(connection->error), "client certificate: %s; ",
+                                   X509_verify_cert_error_string(verified));
+            used = written < 0 ? 0 : ((size_t)written < sizeof(connection->error) ? (size_t)written : sizeof(connection->error) - 1);
+        }
+
+        TernDrainErrors(connection->error + used, sizeof(connection->error) - used);
         if (connection->error[0] == '\0')
         {
             snprintf(connection->error, sizeof(connection->error), "TLS failure (SSL_get_error %d)", code);
         }
 
-        long verified = SSL_get_verify_result(connection->ssl);
-        if (verified != X509_V_OK)
-        {
-            // "certificate verify failed" alone does not say what was wrong with the client's certificate.
-            size_t used = strlen(connection->error);
-            snprintf(connection->error + used, sizeof(connection->error) - used, " (client certificate: %s)",
-                     X509_verify_cert_error_string(verified));
-        }
-
         return TERN_TLS_ERROR;
+    }
     }
 }
 
@@ -467,4 +476,9 @@ int32_t TernTls_ConnectionPeerCertificate(TernTlsConnection* connection, uint8_t
 
     unsigned char* cursor = buffer;
     return i2d_X509(peer, &cursor);
+}
+
+int32_t TernTls_ConnectionClientCertificateRefused(TernTlsConnection* connection)
+{
+    return connection != NULL && connection->clientCertificateRefused ? 1 : 0;
 }

@@ -155,6 +155,10 @@ TERN_EXPORT int32_t TernTls_ConnectionServerName(TernTlsConnection* connection, 
 // buffer is NULL or smaller.
 TERN_EXPORT int32_t TernTls_ConnectionPeerCertificate(TernTlsConnection* connection, uint8_t* buffer, int32_t capacity);
 
+// 1 when the handshake failed because of the client's certificate (none sent
+// where one is required, or one that does not verify), else 0.
+TERN_EXPORT int32_t TernTls_ConnectionClientCertificateRefused(TernTlsConnection* connection);
+
 // The reason of the last ERROR on this connection (OpenSSL's error text).
 TERN_EXPORT int32_t TernTls_ConnectionError(TernTlsConnection* connection, char* buffer, int32_t capacity);
 

@@ -139,7 +139,7 @@ public static class TernHost
         }
         catch (OpenSslException ex)
         {
-            return new ConfigurationProblem("Tern:Tls:Certificates", ex.Message);
+            return new ConfigurationProblem(ex.Setting ?? "Tern:Tls:Certificates", ex.Message);
         }
     }
 

@@ -35,7 +35,7 @@ internal static partial class TernLog
     [LoggerMessage(203, LogLevel.Debug, "TLS handshake failed on connection {ConnectionId} from {Remote}: {Reason}")]
     public static partial void HandshakeFailed(ILogger logger, string connectionId, string remote, string reason);
 
-    [LoggerMessage(204, LogLevel.Information, "TLS client certificate refused on connection {ConnectionId} from {Remote}: {Reason} (Tern:Https:ClientCertificates)")]
+    [LoggerMessage(204, LogLevel.Debug, "TLS client certificate refused on connection {ConnectionId} from {Remote}: {Reason} (Tern:Https:ClientCertificates)")]
     public static partial void ClientCertificateRefused(ILogger logger, string connectionId, string remote, string reason);
 
     [LoggerMessage(300, LogLevel.Information, "{Method} {Path} returned 499: the client closed the connection before the response (route {Route})")]

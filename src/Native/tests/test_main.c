@@ -456,6 +456,8 @@ static X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int c
     return certificate;
 }
 
+static int s_lastRefused;
+
 typedef struct Identity
 {
     X509* certificate;
@@ -464,10 +466,12 @@ typedef struct Identity
 
 // One handshake on server with the client's identity (may be NULL) and session (may be NULL).
 // Returns whether it completed; *resumed and *next (if not NULL) tell about the session.
+static const char* s_mutualServerName = "default.test";
+
 static int MutualHandshake(TernTlsServer* server, int version, const Identity* identity, SSL_SESSION* session,
                            SSL_SESSION** next, int* resumed, char* reason, size_t reasonCapacity)
 {
-    Client client = NewClient(version, "default.test", "\x02h2", session);
+    Client client = NewClient(version, s_mutualServerName, "\x02h2", session);
     if (identity != NULL)
     {
         SSL_use_certificate(client.ssl, identity->certificate);
@@ -478,6 +482,7 @@ static int MutualHandshake(TernTlsServer* server, int version, const Identity* i
     TernTls_ConnectionCreate(server, &connection);
     int completed = Handshake(&client, connection, 1 << 20, 16384, NULL);
     reason[0] = '\0';
+    s_lastRefused = TernTls_ConnectionClientCertificateRefused(connection);
     if (!completed)
     {
         TernTls_ConnectionError(connection, reason, (int32_t)reasonCapacity);
@@ -572,15 +577,25 @@ static void ClientCertificates_RequiredAndOptional_VerifyAgainstTrustedCas(void)
 
         CHECK(!MutualHandshake(required, versions[v], NULL, NULL, NULL, NULL, reason, sizeof(reason)));
         CHECK(strstr(reason, "did not return a certificate") != NULL);
+        CHECK(s_lastRefused == 1);
         CHECK(!MutualHandshake(required, versions[v], &stranger, NULL, NULL, NULL, reason, sizeof(reason)));
         CHECK(strstr(reason, "client certificate: unable to get local issuer certificate") != NULL);
+        CHECK(s_lastRefused == 1);
         CHECK(!MutualHandshake(optional, versions[v], &stranger, NULL, NULL, NULL, reason, sizeof(reason)));
         // Issued by the trusted CA, but for servers only.
         CHECK(!MutualHandshake(required, versions[v], &server, NULL, NULL, NULL, reason, sizeof(reason)));
         CHECK(strstr(reason, "client certificate: unsuitable certificate purpose") != NULL);
 
         CHECK(MutualHandshake(optional, versions[v], NULL, NULL, NULL, NULL, reason, sizeof(reason)));
+        CHECK(s_lastRefused == 0);
         CHECK(MutualHandshake(optional, versions[v], &trusted, NULL, NULL, NULL, reason, sizeof(reason)));
+
+        // The same rules after SNI switched the connection to the second certificate's context.
+        s_mutualServerName = "other.test";
+        CHECK(!MutualHandshake(required, versions[v], NULL, NULL, NULL, NULL, reason, sizeof(reason)));
+        CHECK(!MutualHandshake(required, versions[v], &stranger, NULL, NULL, NULL, reason, sizeof(reason)));
+        CHECK(MutualHandshake(required, versions[v], &trusted, NULL, NULL, NULL, reason, sizeof(reason)));
+        s_mutualServerName = "default.test";
 
         // Same ticket keys, other verification: a session from the server without mTLS does not
         // skip the certificate on the one that requires it (full handshake, which then fails).

@@ -92,10 +92,28 @@ public sealed class ClientCertificateTrust
     }
 
     /// <summary>
-    /// Checks a client's certificate the way the OpenSSL engine does (SslStream engine); reason
-    /// says why it is refused, or is null when it is accepted.
+    /// The SslStream engine's chain rules, the OpenSSL engine's: only these CAs as roots, only the
+    /// intermediates the client sent (never fetched from the URLs a certificate names, which would let
+    /// any client make Tern send requests), client-authentication usage, no revocation check.
     /// </summary>
-    public bool Accepts(X509Certificate? certificate, X509Chain? presented, out string? reason)
+    public X509ChainPolicy ChainPolicy()
+    {
+        var policy = new X509ChainPolicy
+        {
+            TrustMode = X509ChainTrustMode.CustomRootTrust,
+            RevocationMode = X509RevocationMode.NoCheck,
+            DisableCertificateDownloads = true,
+        };
+        policy.CustomTrustStore.AddRange(Authorities);
+        policy.ApplicationPolicy.Add(new Oid(ClientAuthentication));
+        return policy;
+    }
+
+    /// <summary>
+    /// The SslStream engine's verdict on a client, its chain built under <see cref="ChainPolicy"/>;
+    /// reason says why it is refused, or is null when it is accepted.
+    /// </summary>
+    public bool Accepts(X509Certificate? certificate, X509Chain? chain, System.Net.Security.SslPolicyErrors errors, out string? reason)
     {
         reason = null;
         if (certificate is null)
@@ -104,29 +122,14 @@ public sealed class ClientCertificateTrust
             return reason is null;
         }
 
-        using var chain = new X509Chain();
-        chain.ChainPolicy.TrustMode = X509ChainTrustMode.CustomRootTrust;
-        chain.ChainPolicy.CustomTrustStore.AddRange(Authorities);
-        chain.ChainPolicy.RevocationMode = X509RevocationMode.NoCheck;
-        chain.ChainPolicy.ApplicationPolicy.Add(new Oid(ClientAuthentication));
-        if (presented is not null)
-        {
-            // The intermediates the client sent with its certificate.
-            foreach (var element in presented.ChainElements)
-            {
-                chain.ChainPolicy.ExtraStore.Add(element.Certificate);
-            }
-        }
-
-        using var loaded = certificate is X509Certificate2 ? null : X509CertificateLoader.LoadCertificate(certificate.GetRawCertData());
-        var leaf = certificate as X509Certificate2 ?? loaded!;
-        if (chain.Build(leaf))
+        if (errors == System.Net.Security.SslPolicyErrors.None)
         {
             return true;
         }
 
-        reason = string.Join("; ", chain.ChainStatus.Select(s => s.StatusInformation.Trim()).Where(s => s.Length > 0).Distinct());
-        reason = $"untrusted client certificate '{leaf.Subject}': {(reason.Length > 0 ? reason : "chain not valid")}";
+        var status = chain is null ? string.Empty
+            : string.Join("; ", chain.ChainStatus.Select(s => s.StatusInformation.Trim()).Where(s => s.Length > 0).Distinct());
+        reason = $"untrusted client certificate '{certificate.Subject}': {(status.Length > 0 ? status : errors.ToString())}";
         return false;
     }
 }

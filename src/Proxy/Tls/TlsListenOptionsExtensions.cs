@@ -76,11 +76,10 @@ public static class TlsListenOptionsExtensions
 
         if (trust.Mode != ClientCertificateMode.None)
         {
-            // SslStream hands over the client's certificate and leaves the decision to this callback
-            // (its own errors, against the machine's roots, are not the rules here).
-            options.RemoteCertificateValidationCallback = (_, presented, chain, _) =>
+            options.CertificateChainPolicy = trust.ChainPolicy();
+            options.RemoteCertificateValidationCallback = (_, presented, chain, errors) =>
             {
-                if (trust.Accepts(presented, chain, out var reason))
+                if (trust.Accepts(presented, chain, errors, out var reason))
                 {
                     return true;
                 }

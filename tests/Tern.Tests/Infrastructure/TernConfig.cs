@@ -87,6 +87,6 @@ public sealed class TernConfig
     {
         ["Tern"] = Tern.DeepClone(),
         ["ReverseProxy"] = ReverseProxy.DeepClone(),
-        ["Logging"] = new JsonObject { ["LogLevel"] = new JsonObject { ["Default"] = "Warning", ["Tern.Proxy"] = "Information" } },
+        ["Logging"] = new JsonObject { ["LogLevel"] = new JsonObject { ["Default"] = "Warning", ["Tern.Proxy.Tls"] = "Debug", ["Tern.Proxy.Configuration"] = "Information" } },
     }.ToJsonString(new JsonSerializerOptions { WriteIndented = true });
 }

@@ -33,38 +33,65 @@ public static class TestPki
     }
 
     /// <summary>PEM file of the CA that issues <see cref="TrustedClient"/> (for Tern:Https:ClientCertificates:TrustedCaPath).</summary>
-    public static string ClientCaPath => s_clients.Value.CaPath;
+    public static string ClientCaPath => s_clientPki.Value.CaPath;
 
     /// <summary>CN=client.test, for client authentication, issued by the CA in <see cref="ClientCaPath"/>.</summary>
-    public static ClientIdentity TrustedClient => s_clients.Value.Trusted;
+    public static ClientIdentity TrustedClient => s_clientPki.Value.Trusted;
 
     /// <summary>CN=stranger.test, for client authentication, issued by a CA Tern is not told about.</summary>
-    public static ClientIdentity UntrustedClient => s_clients.Value.Untrusted;
+    public static ClientIdentity UntrustedClient => s_clientPki.Value.Untrusted;
 
-    private static readonly Lazy<(string CaPath, ClientIdentity Trusted, ClientIdentity Untrusted)> s_clients = new(() =>
+    private static readonly Lazy<(string CaPath, ClientIdentity Trusted, ClientIdentity Untrusted, X509Certificate2 Authority)> s_clientPki = new(() =>
     {
-        using var authority = CreateAuthority("Tern Test Client CA");
+        var authority = CreateAuthority("Tern Test Client CA"); // kept: it issues intermediates later
         using var stranger = CreateAuthority("Some Other CA");
         var caPath = Path.Combine(s_folder.Value, "client-ca.crt");
         File.WriteAllText(caPath, authority.ExportCertificatePem());
-        return (caPath, IssueClient("client.test", authority), IssueClient("stranger.test", stranger));
+        return (caPath, IssueClient("client.test", authority), IssueClient("stranger.test", stranger), authority);
     });
 
-    private static X509Certificate2 CreateAuthority(string name)
+    /// <summary>
+    /// A client certificate issued through an intermediate of the trusted client CA, whose
+    /// "CA issuers" URL (AIA) is issuerUrl. Returns the leaf alone and, in ChainPath, the leaf
+    /// followed by the intermediate; Intermediate is the intermediate's DER.
+    /// </summary>
+    public static (ClientIdentity Leaf, string ChainPath, byte[] Intermediate) ClientThroughIntermediate(string name, string issuerUrl)
+    {
+        var authority = s_clientPki.Value.Authority;
+        using var intermediate = CreateAuthority($"{name} Intermediate CA", authority);
+        var leaf = IssueClient(name, intermediate, issuerUrl);
+        var chainPath = Path.Combine(s_folder.Value, $"{name}-chain.crt");
+        File.WriteAllText(chainPath, File.ReadAllText(leaf.CertificatePath) + "\n" + intermediate.ExportCertificatePem() + "\n");
+        return (leaf, chainPath, intermediate.RawData);
+    }
+
+    private static X509Certificate2 CreateAuthority(string name, X509Certificate2? issuer = null)
     {
         using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
         var request = new CertificateRequest($"CN={name}", key, HashAlgorithmName.SHA256);
         request.CertificateExtensions.Add(new X509BasicConstraintsExtension(true, false, 0, true));
         request.CertificateExtensions.Add(new X509KeyUsageExtension(X509KeyUsageFlags.KeyCertSign | X509KeyUsageFlags.CrlSign, true));
-        return request.CreateSelfSigned(DateTimeOffset.UtcNow.AddDays(-1), DateTimeOffset.UtcNow.AddDays(30));
+        request.CertificateExtensions.Add(new X509SubjectKeyIdentifierExtension(request.PublicKey, false));
+        if (issuer is null)
+        {
+            return request.CreateSelfSigned(DateTimeOffset.UtcNow.AddDays(-1), DateTimeOffset.UtcNow.AddDays(30));
+        }
+
+        using var issued = request.Create(issuer, DateTimeOffset.UtcNow.AddHours(-2), DateTimeOffset.UtcNow.AddDays(20), RandomNumberGenerator.GetBytes(8));
+        return issued.CopyWithPrivateKey(key);
     }
 
-    private static ClientIdentity IssueClient(string name, X509Certificate2 authority)
+    private static ClientIdentity IssueClient(string name, X509Certificate2 authority, string? issuerUrl = null)
     {
         using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
         var request = new CertificateRequest($"CN={name}", key, HashAlgorithmName.SHA256);
         request.CertificateExtensions.Add(new X509EnhancedKeyUsageExtension([new Oid("1.3.6.1.5.5.7.3.2")], false));
         request.CertificateExtensions.Add(new X509KeyUsageExtension(X509KeyUsageFlags.DigitalSignature, true));
+        if (issuerUrl is not null)
+        {
+            request.CertificateExtensions.Add(new X509AuthorityInformationAccessExtension(null, [issuerUrl]));
+        }
+
         using var issued = request.Create(authority, DateTimeOffset.UtcNow.AddHours(-1), DateTimeOffset.UtcNow.AddDays(7), RandomNumberGenerator.GetBytes(8));
         var certificatePath = Path.Combine(s_folder.Value, $"{name}.crt");
         var keyPath = Path.Combine(s_folder.Value, $"{name}.key");

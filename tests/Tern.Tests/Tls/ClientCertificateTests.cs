@@ -163,6 +163,25 @@ public abstract class ClientCertificateTests(string engine) : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Intermediates_OnlyThoseTheClientSendsCount_NoneAreFetched()
+    {
+        // The leaf names, as where to fetch its issuer, a listener that would serve it.
+        using var fetches = new TcpIssuerServer();
+        var (leaf, chainPath, intermediate) = TestPki.ClientThroughIntermediate($"chain-{engine}.test", $"http://127.0.0.1:{fetches.Port}/issuer.crt");
+        fetches.Serve(intermediate);
+        await using var tern = await TernInstance.StartAsync(Config("Required"));
+        var url = $"https://127.0.0.1:{tern.Config.HttpsPort}/name";
+
+        var (withChain, output) = await Tool.RunAsync("curl", ["-sS", "-k", "--cert", chainPath, "--key", leaf.KeyPath, url]);
+        var (leafOnly, _) = await Tool.RunAsync("curl", ["-sS", "-k", "--cert", leaf.CertificatePath, "--key", leaf.KeyPath, url]);
+
+        Assert.True(withChain == 0, $"curl exit {withChain}: {output}");
+        Assert.Equal("up", output);
+        Assert.NotEqual(0, leafOnly);
+        Assert.Equal(0, fetches.Connections);
+    }
+
+    [Fact]
     public async Task Reload_TurningClientCertificatesOn_AppliesToNewHandshakes()
     {
         var config = Config("None");
@@ -195,3 +214,32 @@ public abstract class ClientCertificateTests(string engine) : IAsyncLifetime
 public sealed class OpenSslClientCertificateTests() : ClientCertificateTests(Proxy.Tls.TlsEngines.OpenSsl);
 
 public sealed class SslStreamClientCertificateTests() : ClientCertificateTests(Proxy.Tls.TlsEngines.SslStream);
+
+/// <summary>Counts connections to the URL a certificate names for its issuer, and serves the issuer.</summary>
+internal sealed class TcpIssuerServer : IDisposable
+{
+    private readonly System.Net.Sockets.TcpListener _listener = new(System.Net.IPAddress.Loopback, 0);
+    private int _connections;
+
+    public TcpIssuerServer() => _listener.Start();
+
+    public int Port => ((System.Net.IPEndPoint)_listener.LocalEndpoint).Port;
+
+    public int Connections => Volatile.Read(ref _connections);
+
+    public void Serve(byte[] issuer) => _ = Task.Run(async () =>
+    {
+        while (true)
+        {
+            using var client = await _listener.AcceptTcpClientAsync();
+            Interlocked.Increment(ref _connections);
+            var stream = client.GetStream();
+            await stream.ReadAtLeastAsync(new byte[4096], 1, throwOnEndOfStream: false);
+            var head = System.Text.Encoding.ASCII.GetBytes($"HTTP/1.1 200 OK\r\nContent-Type: application/pkix-cert\r\nContent-Length: {issuer.Length}\r\nConnection: close\r\n\r\n");
+            await stream.WriteAsync(head);
+            await stream.WriteAsync(issuer);
+        }
+    });
+
+    public void Dispose() => _listener.Stop();
+}

@@ -91,6 +91,9 @@ internal static unsafe partial class Interop
     [LibraryImport(Library, EntryPoint = "TernTls_ConnectionPeerCertificate")]
     private static partial int ConnectionPeerCertificate(ConnectionHandle connection, byte* buffer, int capacity);
 
+    [LibraryImport(Library, EntryPoint = "TernTls_ConnectionClientCertificateRefused")]
+    public static partial int ConnectionClientCertificateRefused(ConnectionHandle connection);
+
     [LibraryImport(Library, EntryPoint = "TernTls_ConnectionError")]
     private static partial int ConnectionError(ConnectionHandle connection, byte* buffer, int capacity);
 

@@ -35,6 +35,7 @@ internal sealed partial class OpenSslConnection
                     case Interop.WantRead:
                         return "closed";
                     default:
+                        ClientCertificateRefused = Interop.ConnectionClientCertificateRefused(_handle) == 1;
                         return $"protocol: {Interop.ConnectionErrorText(_handle)}";
                 }
             }
@@ -48,6 +49,9 @@ internal sealed partial class OpenSslConnection
             return "closed";
         }
     }
+
+    /// <summary>Whether the handshake failed because of the client's certificate (Tern:Https:ClientCertificates).</summary>
+    public bool ClientCertificateRefused { get; private set; }
 
     /// <summary>Feeds what has arrived to OpenSSL, segment by segment; writes its records to the transport.</summary>
     private (int Status, long Consumed) HandshakeStep(ReadOnlySequence<byte> buffer)

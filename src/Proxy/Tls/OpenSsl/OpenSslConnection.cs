@@ -124,7 +124,6 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
             await _encrypting.ConfigureAwait(false);
         }
         _handle.Dispose();
-        ClientCertificate?.Dispose();
         GC.KeepAlive(_server);
     }
 

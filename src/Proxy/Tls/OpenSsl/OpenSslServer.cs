@@ -41,7 +41,8 @@ internal sealed unsafe class OpenSslServer
         {
             fixed (byte* authorities = clientCertificates.Pem.Span)
             {
-                Check(Interop.ServerSetClientCertificates(Handle, (int)clientCertificates.Mode, authorities, clientCertificates.Pem.Length), "load the client CA certificates");
+                Check(Interop.ServerSetClientCertificates(Handle, (int)clientCertificates.Mode, authorities, clientCertificates.Pem.Length), "load the client CA certificates",
+                    "Tern:Https:ClientCertificates:TrustedCaPath");
             }
         }
 
@@ -49,7 +50,7 @@ internal sealed unsafe class OpenSslServer
         {
             fixed (byte* keys = ticketKeys.Span)
             {
-                Check(Interop.ServerSetTicketKeys(Handle, keys, ticketKeys.Length), "load the session ticket keys");
+                Check(Interop.ServerSetTicketKeys(Handle, keys, ticketKeys.Length), "load the session ticket keys", "Tern:Tls:SessionTicketKeys");
             }
         }
     }
@@ -109,7 +110,7 @@ internal sealed unsafe class OpenSslServer
             fixed (byte* keyPointer = keyPem)
             {
                 var index = Interop.ServerAddCertificate(Handle, certificatePointer, certificatePem.Length, keyPointer, keyPem.Length);
-                Check(index, $"load certificate '{certificate.Name}'");
+                Check(index, $"load certificate '{certificate.Name}'", $"Tern:Tls:Certificates:{certificate.Name}:CertificatePath");
                 return index;
             }
         }
@@ -127,14 +128,17 @@ internal sealed unsafe class OpenSslServer
         return key.ExportPkcs8PrivateKey();
     }
 
-    private static void Check(int result, string what)
+    private static void Check(int result, string what, string? setting = null)
     {
         if (result < 0)
         {
-            throw new OpenSslException($"OpenSSL could not {what}: {Interop.LastError()}");
+            throw new OpenSslException($"OpenSSL could not {what}: {Interop.LastError()}", setting);
         }
     }
 }
 
-/// <summary>A failure reported by OpenSSL, with its reason.</summary>
-public sealed class OpenSslException(string message) : Exception(message);
+/// <summary>A failure reported by OpenSSL, with its reason and the setting that led to it, if any.</summary>
+public sealed class OpenSslException(string message, string? setting = null) : Exception(message)
+{
+    public string? Setting { get; } = setting;
+}

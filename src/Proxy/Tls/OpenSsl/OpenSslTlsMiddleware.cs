@@ -39,7 +39,7 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
         if (failure is not null)
         {
             var remote = context.RemoteEndPoint?.ToString() ?? "-";
-            if (RefusedClientCertificate(failure))
+            if (tls.ClientCertificateRefused)
             {
                 metrics.HandshakeFailed(elapsed, TlsMetrics.ClientCertificateRefused);
                 TernLog.ClientCertificateRefused(logger, context.ConnectionId, remote, failure);
@@ -74,10 +74,4 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
             context.Transport = transport;
         }
     }
-
-    // The native library marks verification failures "(client certificate: ...)"; OpenSSL's own
-    // text covers a client that sent none when one is required.
-    private static bool RefusedClientCertificate(string failure) =>
-        failure.Contains("(client certificate:", StringComparison.Ordinal) ||
-        failure.Contains("peer did not return a certificate", StringComparison.Ordinal);
 }
