@@ -33,6 +33,12 @@ struct TernTlsConnection
     size_t spilled;
     size_t drained;
 
+    // Set by Encrypt only: a record that does not fit the window waits for the next window
+    // (OpenSSL keeps it and resumes) instead of spilling.
+    int straddle;
+    // A record is partly written and OpenSSL holds the rest until Encrypt is called again.
+    int writePending;
+
     TernSpill spill;
     int clientCertificateRefused;
     char error[512];
@@ -122,6 +128,18 @@ static int BioWrite(BIO* bio, const char* data, int length)
         direct = size < room ? size : room;
         memcpy(connection->output + connection->outputOffset, data, direct);
         connection->outputOffset += direct;
+        if (connection->straddle && direct < size)
+        {
+            // The rest of this record goes into the caller's next window: OpenSSL keeps it and
+            // writes it out when Encrypt is called again with the same input.
+            if (direct == 0)
+            {
+                BIO_set_retry_write(bio);
+                return -1;
+            }
+
+            return (int)direct;
+        }
     }
 
     if (direct < size)
@@ -347,6 +365,13 @@ int32_t TernTls_Decrypt(TernTlsConnection* connection,
         return TERN_TLS_BAD_ARGUMENT;
     }
 
+    if (connection->writePending)
+    {
+        // OpenSSL would flush the rest of the half-written record while reading (a KeyUpdate
+        // reply, an alert), and the caller's retry would then encrypt that plaintext again.
+        return TERN_TLS_BAD_ARGUMENT;
+    }
+
     // No output window for the BIO: anything OpenSSL writes now (alerts, KeyUpdate) spills.
     Arm(connection, input, inputLength, NULL, 0);
     size_t produced = 0;
@@ -386,9 +411,27 @@ int32_t TernTls_Encrypt(TernTlsConnection* connection,
 
     size_t written = 0;
     int32_t status = TERN_TLS_OK;
-    if (inputLength > 0 && SSL_write_ex(connection->ssl, input, (size_t)inputLength, &written) != 1)
+    if (inputLength > 0 && outputLength > 0)
     {
-        status = Failure(connection, SSL_get_error(connection->ssl, 0));
+        connection->straddle = 1;
+        int ok = SSL_write_ex(connection->ssl, input, (size_t)inputLength, &written);
+        connection->straddle = 0;
+        if (ok == 1)
+        {
+            connection->writePending = 0;
+        }
+        else if (SSL_get_error(connection->ssl, 0) == SSL_ERROR_WANT_WRITE)
+        {
+            // The window is full in the middle of a record: call again with a new window and
+            // the same input; nothing of the input counts as consumed until the record is out.
+            connection->writePending = 1;
+            written = 0;
+            status = TERN_TLS_OUTPUT_FULL;
+        }
+        else
+        {
+            status = Failure(connection, SSL_get_error(connection->ssl, 0));
+        }
     }
 
     return Finish(connection, result, status, written, connection->outputOffset);
@@ -399,6 +442,11 @@ int32_t TernTls_Shutdown(TernTlsConnection* connection, uint8_t* output, int32_t
     if (connection == NULL || result == NULL || !ValidSpan(output, outputLength))
     {
         return TERN_TLS_BAD_ARGUMENT;
+    }
+
+    if (connection->writePending)
+    {
+        return TERN_TLS_BAD_ARGUMENT; // finish the half-written record first (Encrypt)
     }
 
     Arm(connection, NULL, 0, output, outputLength);

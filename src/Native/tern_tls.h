@@ -128,8 +128,12 @@ TERN_EXPORT int32_t TernTls_Decrypt(TernTlsConnection* connection,
                                     TernTlsResult* result);
 
 // Drains the spill buffer into output first; then, only if it is empty,
-// encrypts input into records written to output (overflow spills). consumed
-// is the plaintext taken. status: OK, or OUTPUT_FULL when spill remains.
+// encrypts input into records written to output. A record larger than what is
+// left of output is written across windows: status OUTPUT_FULL with consumed 0
+// means "call again with a new window and the same input" (and no Decrypt,
+// Handshake or Shutdown until then: they return BAD_ARGUMENT). consumed is the
+// plaintext taken once its records are fully out. status: OK, or OUTPUT_FULL
+// (spill remains, or a record continues in the next window).
 TERN_EXPORT int32_t TernTls_Encrypt(TernTlsConnection* connection,
                                     const uint8_t* input, int32_t inputLength,
                                     uint8_t* output, int32_t outputLength,

@@ -330,26 +330,41 @@ static void Data_BothDirections_ArriveByteForByteAcrossSmallWindows(void)
     CHECK(total == Size && memcmp(sent, received, Size) == 0);
     (void)BIO_reset(client.fromClient);
 
-    // Server to client: encrypt into 4 KB windows; whatever spills drains in order.
+    // Server to client: 16 KB records written across windows of 4 KB, 1,500 and 7 bytes (the
+    // record continues in the next window: nothing spills), read back in order by the client.
     uint8_t window[4096];
+    const size_t windows[] = {4096, 1500, 7};
     size_t taken = 0;
     int spills = 0;
-    while (taken < Size)
+    int straddled = 0;
+    int refusedWhilePending = 0;
+    for (int call = 0; taken < Size; call++)
     {
         TernTlsResult result;
         size_t chunk = Size - taken < 16384 ? Size - taken : 16384;
-        CHECK(TernTls_Encrypt(connection, sent + taken, (int32_t)chunk, window, sizeof(window), &result) >= 0);
+        int32_t status = TernTls_Encrypt(connection, sent + taken, (int32_t)chunk, window, (int32_t)windows[call % 3], &result);
+        CHECK(status >= 0);
         taken += (size_t)result.consumed;
         spills += result.spilled > 0;
         BIO_write(client.toClient, window, result.produced);
-        while (result.pending > 0)
+        if (status == TERN_TLS_OUTPUT_FULL && result.consumed == 0)
         {
-            TernTls_Encrypt(connection, NULL, 0, window, sizeof(window), &result);
-            BIO_write(client.toClient, window, result.produced);
+            straddled++;
+            if (refusedWhilePending == 0)
+            {
+                // No read may run while a record is half written.
+                TernTlsResult refused;
+                uint8_t byte = 0;
+                refusedWhilePending = TernTls_Decrypt(connection, &byte, 1, received, 1, &refused) == TERN_TLS_BAD_ARGUMENT;
+            }
         }
+
+        CHECK(result.pending == 0);
     }
 
-    CHECK(spills > 0);
+    CHECK(spills == 0);
+    CHECK(straddled > 0);
+    CHECK(refusedWhilePending == 1);
     size_t read = 0;
     total = 0;
     while (total < Size && SSL_read_ex(client.ssl, received + total, Size - total, &read) == 1)

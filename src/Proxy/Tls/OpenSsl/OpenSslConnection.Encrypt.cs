@@ -7,15 +7,14 @@ internal sealed partial class OpenSslConnection
     // TLS 1.2 GCM adds 29 bytes to a record (header, explicit nonce, tag), TLS 1.3 adds 22.
     private const int RecordOverhead = 64;
 
-    // The most plaintext one TLS record carries.
-    private const int MaxRecordPlaintext = 16 * 1024;
+    // The smallest window worth handing to OpenSSL; below it the pipe starts a fresh block.
+    private const int MinimumWindow = 512;
 
     /// <summary>
-    /// Plaintext Kestrel wrote → records written by OpenSSL straight into the socket pipe's memory.
-    /// One record per plaintext segment (up to 16 KB), into a window the size of that record: the
-    /// socket pipe's pinned 4 KB block for small ones, an array-pool array for large ones. Nothing
-    /// spills. Also the only writer of the socket pipe: it drains what the decrypt side spilled, and
-    /// sends close_notify.
+    /// Plaintext Kestrel wrote → records written by OpenSSL straight into the socket pipe's memory:
+    /// one record per plaintext block (up to 16 KB), spread over the socket pipe's own pinned 4 KB
+    /// blocks. Nothing spills. Also the only writer of the socket pipe: it drains what the decrypt
+    /// side spilled, and sends close_notify.
     /// </summary>
     private async Task EncryptLoopAsync()
     {
@@ -77,26 +76,31 @@ internal sealed partial class OpenSslConnection
     {
         foreach (var segment in buffer)
         {
-            var offset = 0;
-            while (offset < segment.Length)
+            // One segment is one record (up to 16 KB), written across as many of the socket pipe's
+            // 4 KB blocks as it takes. The lock is held until the record is out: the native side
+            // refuses a decrypt while a record is half written.
+            lock (_native)
             {
-                var window = _transport.Output.GetMemory(Math.Min(segment.Length - offset, MaxRecordPlaintext) + RecordOverhead);
-                var chunk = Math.Min(segment.Length - offset, window.Length - RecordOverhead);
-                var call = Native(Operation.Encrypt, segment.Span.Slice(offset, chunk), window.Span);
-                _transport.Output.Advance(call.Produced);
-                direct += call.Direct;
-                if (call.Status < 0)
+                var offset = 0;
+                while (offset < segment.Length)
                 {
-                    throw new OpenSslException($"TLS error: {Interop.ConnectionErrorText(_handle)}");
-                }
+                    var window = _transport.Output.GetMemory(MinimumWindow);
+                    var call = Native(Operation.Encrypt, segment.Span[offset..], window.Span);
+                    _transport.Output.Advance(call.Produced);
+                    direct += call.Direct;
+                    if (call.Status < 0)
+                    {
+                        throw new OpenSslException($"TLS error: {Interop.ConnectionErrorText(_handle)}");
+                    }
 
-                if (call.Consumed == 0 && call.Produced == 0 && call.Pending == 0)
-                {
-                    throw new OpenSslException($"TLS engine made no progress (status {call.Status})");
-                }
+                    if (call.Consumed == 0 && call.Produced == 0 && call.Pending == 0)
+                    {
+                        throw new OpenSslException($"TLS engine made no progress (status {call.Status})");
+                    }
 
-                offset += call.Consumed;
-                DrainSpill(call.Pending);
+                    offset += call.Consumed;
+                    DrainSpill(call.Pending);
+                }
             }
         }
     }
