@@ -40,6 +40,27 @@ internal sealed class SettingReader(IConfiguration configuration)
         return port;
     }
 
+    /// <summary>One of values (any case), returned as spelt there; what names the kind of value in the problem.</summary>
+    public string OneOf(string key, IReadOnlyList<string> values, string fallback, string what)
+    {
+        var text = String(key);
+        if (text is null)
+        {
+            return fallback;
+        }
+
+        foreach (var value in values)
+        {
+            if (string.Equals(text, value, StringComparison.OrdinalIgnoreCase))
+            {
+                return value;
+            }
+        }
+
+        Add(key, $"'{text}' is not {what}; use {string.Join(", ", values.Take(values.Count - 1))} or {values[^1]}");
+        return fallback;
+    }
+
     public bool Bool(string key, bool fallback)
     {
         var text = String(key);

@@ -58,8 +58,9 @@ public sealed record TernSettings
             HttpPort = reader.Port("Tern:Http:Port", defaults.HttpPort),
             RedirectHttpsPort = reader.Port("Tern:Http:RedirectHttpsPort", httpsPort),
             ManagementPort = reader.Port("Tern:Management:Port", defaults.ManagementPort),
-            TlsEngine = ReadEngine(reader),
-            ClientCertificateMode = ReadClientCertificateMode(reader),
+            TlsEngine = reader.OneOf("Tern:Tls:Engine", [TlsEngines.OpenSsl, TlsEngines.SslStream], TlsEngines.OpenSsl, "a TLS engine"),
+            ClientCertificateMode = Enum.Parse<ClientCertificateMode>(reader.OneOf("Tern:Https:ClientCertificates:Mode",
+                Enum.GetNames<ClientCertificateMode>(), nameof(ClientCertificateMode.None), "a client certificate mode")),
             TrustedClientCaPath = reader.String("Tern:Https:ClientCertificates:TrustedCaPath"),
             HandshakeTimeout = reader.Duration("Tern:Tls:HandshakeTimeout", defaults.HandshakeTimeout),
             Certificates = ReadCertificates(reader),
@@ -116,48 +117,6 @@ public sealed record TernSettings
                 reader.Add(key, $"port {port} is already used by {seen[port]}; each listener needs its own port");
             }
         }
-    }
-
-    private static string ReadEngine(SettingReader reader)
-    {
-        const string key = "Tern:Tls:Engine";
-        var text = reader.String(key);
-        if (text is null)
-        {
-            return TlsEngines.OpenSsl;
-        }
-
-        foreach (var engine in new[] { TlsEngines.OpenSsl, TlsEngines.SslStream })
-        {
-            if (string.Equals(text, engine, StringComparison.OrdinalIgnoreCase))
-            {
-                return engine;
-            }
-        }
-
-        reader.Add(key, $"'{text}' is not a TLS engine; use {TlsEngines.OpenSsl} or {TlsEngines.SslStream}");
-        return TlsEngines.SslStream;
-    }
-
-    private static ClientCertificateMode ReadClientCertificateMode(SettingReader reader)
-    {
-        const string key = "Tern:Https:ClientCertificates:Mode";
-        var text = reader.String(key);
-        if (text is null)
-        {
-            return ClientCertificateMode.None;
-        }
-
-        foreach (var mode in Enum.GetValues<ClientCertificateMode>())
-        {
-            if (string.Equals(text, mode.ToString(), StringComparison.OrdinalIgnoreCase))
-            {
-                return mode;
-            }
-        }
-
-        reader.Add(key, $"'{text}' is not a client certificate mode; use None, Optional or Required");
-        return ClientCertificateMode.None;
     }
 
     private static List<CertificateSettings> ReadCertificates(SettingReader reader)

@@ -10,6 +10,18 @@ namespace Tern.Proxy.Tls;
 /// </summary>
 internal static class CertificateLoader
 {
+    /// <summary>Certificates as one PEM text, in order (for OpenSSL).</summary>
+    public static byte[] ToPem(IEnumerable<X509Certificate2> certificates)
+    {
+        var pem = new System.Text.StringBuilder();
+        foreach (var certificate in certificates)
+        {
+            pem.Append(certificate.ExportCertificatePem()).Append('\n');
+        }
+
+        return System.Text.Encoding.ASCII.GetBytes(pem.ToString());
+    }
+
     public static ServerCertificate? Load(CertificateSettings settings, string keyPrefix, List<ConfigurationProblem> problems)
     {
         var certificateKey = $"{keyPrefix}:CertificatePath";

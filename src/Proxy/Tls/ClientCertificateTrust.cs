@@ -1,6 +1,5 @@
 using System.Security.Cryptography;
 using System.Security.Cryptography.X509Certificates;
-using System.Text;
 using Tern.Proxy.Configuration;
 
 namespace Tern.Proxy.Tls;
@@ -82,13 +81,7 @@ public sealed class ClientCertificateTrust
         }
 
         // Re-encoded from what was parsed, so that the OpenSSL engine trusts exactly these.
-        var pem = new StringBuilder();
-        foreach (var authority in authorities)
-        {
-            pem.Append(authority.ExportCertificatePem()).Append('\n');
-        }
-
-        return new ClientCertificateTrust(settings.ClientCertificateMode, authorities, Encoding.ASCII.GetBytes(pem.ToString()));
+        return new ClientCertificateTrust(settings.ClientCertificateMode, authorities, CertificateLoader.ToPem(authorities));
     }
 
     /// <summary>

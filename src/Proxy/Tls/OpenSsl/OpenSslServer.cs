@@ -95,13 +95,7 @@ internal sealed unsafe class OpenSslServer
 
     private int AddCertificate(ServerCertificate certificate)
     {
-        var chain = new StringBuilder(certificate.Certificate.ExportCertificatePem()).Append('\n');
-        foreach (var intermediate in certificate.Chain)
-        {
-            chain.Append(intermediate.ExportCertificatePem()).Append('\n');
-        }
-
-        var certificatePem = Encoding.ASCII.GetBytes(chain.ToString());
+        var certificatePem = CertificateLoader.ToPem([certificate.Certificate, .. certificate.Chain]);
         var keyDer = ExportKey(certificate.Certificate);
         var keyPem = Encoding.ASCII.GetBytes(PemEncoding.Write("PRIVATE KEY", keyDer));
         try
