@@ -258,6 +258,19 @@ void TernTls_ConnectionFree(TernTlsConnection* connection)
     free(connection);
 }
 
+// A refused call still reports its status through result, so that a caller that
+// reads only result never acts on stale counts.
+static int32_t Refuse(TernTlsResult* result)
+{
+    if (result != NULL)
+    {
+        memset(result, 0, sizeof(*result));
+        result->status = TERN_TLS_BAD_ARGUMENT;
+    }
+
+    return TERN_TLS_BAD_ARGUMENT;
+}
+
 static int ValidSpan(const uint8_t* data, int32_t length)
 {
     return length >= 0 && (length == 0 || data != NULL);
@@ -335,7 +348,7 @@ int32_t TernTls_Handshake(TernTlsConnection* connection,
 {
     if (connection == NULL || result == NULL || !ValidSpan(input, inputLength) || !ValidSpan(output, outputLength))
     {
-        return TERN_TLS_BAD_ARGUMENT;
+        return Refuse(result);
     }
 
     Arm(connection, input, inputLength, output, outputLength);
@@ -362,14 +375,14 @@ int32_t TernTls_Decrypt(TernTlsConnection* connection,
     if (connection == NULL || result == NULL || !ValidSpan(input, inputLength) || output == NULL || outputLength <= 0)
     {
         // An empty output window would report "full, call again" forever.
-        return TERN_TLS_BAD_ARGUMENT;
+        return Refuse(result);
     }
 
     if (connection->writePending)
     {
         // OpenSSL would flush the rest of the half-written record while reading (a KeyUpdate
         // reply, an alert), and the caller's retry would then encrypt that plaintext again.
-        return TERN_TLS_BAD_ARGUMENT;
+        return Refuse(result);
     }
 
     // No output window for the BIO: anything OpenSSL writes now (alerts, KeyUpdate) spills.
@@ -399,7 +412,7 @@ int32_t TernTls_Encrypt(TernTlsConnection* connection,
 {
     if (connection == NULL || result == NULL || !ValidSpan(input, inputLength) || !ValidSpan(output, outputLength))
     {
-        return TERN_TLS_BAD_ARGUMENT;
+        return Refuse(result);
     }
 
     Arm(connection, NULL, 0, output, outputLength);
@@ -441,12 +454,12 @@ int32_t TernTls_Shutdown(TernTlsConnection* connection, uint8_t* output, int32_t
 {
     if (connection == NULL || result == NULL || !ValidSpan(output, outputLength))
     {
-        return TERN_TLS_BAD_ARGUMENT;
+        return Refuse(result);
     }
 
     if (connection->writePending)
     {
-        return TERN_TLS_BAD_ARGUMENT; // finish the half-written record first (Encrypt)
+        return Refuse(result); // finish the half-written record first (Encrypt)
     }
 
     Arm(connection, NULL, 0, output, outputLength);
@@ -524,6 +537,21 @@ int32_t TernTls_ConnectionPeerCertificate(TernTlsConnection* connection, uint8_t
 
     unsigned char* cursor = buffer;
     return i2d_X509(peer, &cursor);
+}
+
+int32_t TernTls_ConnectionPartialRecord(TernTlsConnection* connection)
+{
+    if (connection == NULL)
+    {
+        return 0;
+    }
+
+    // Part of a header or body read but not yet a whole record (SSL_has_pending, less plaintext
+    // waiting to be read, which the caller drains before asking), or a whole header read and
+    // none of its body: the record layer then holds nothing unread, only its state says so.
+    SSL* ssl = connection->ssl;
+    int unprocessed = SSL_pending(ssl) == 0 && SSL_has_pending(ssl);
+    return unprocessed || strcmp(SSL_rstate_string(ssl), "RB") == 0 ? 1 : 0;
 }
 
 int32_t TernTls_ConnectionClientCertificateRefused(TernTlsConnection* connection)

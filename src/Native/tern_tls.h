@@ -20,7 +20,7 @@ extern "C" {
 
 // Version of this library's ABI. The managed side refuses to run against a
 // library whose ABI differs from the one it was built for.
-#define TERN_TLS_ABI_VERSION 4
+#define TERN_TLS_ABI_VERSION 5
 
 // Results of every operation (TernTlsResult.status, or a negative return).
 enum
@@ -158,6 +158,10 @@ TERN_EXPORT int32_t TernTls_ConnectionServerName(TernTlsConnection* connection, 
 // length, 0 when the client sent none, or the negative length needed when
 // buffer is NULL or smaller.
 TERN_EXPORT int32_t TernTls_ConnectionPeerCertificate(TernTlsConnection* connection, uint8_t* buffer, int32_t capacity);
+
+// 1 when OpenSSL holds the start of a record whose rest has not arrived: a peer
+// that closes now has cut a record short. Ask after Decrypt returned WANT_READ.
+TERN_EXPORT int32_t TernTls_ConnectionPartialRecord(TernTlsConnection* connection);
 
 // 1 when the handshake failed because of the client's certificate (none sent
 // where one is required, or one that does not verify), else 0.

@@ -663,7 +663,10 @@ static void Garbage_IsAnErrorWithReason(void)
         TernTlsConnection* connection = NULL;
         TernTls_ConnectionCreate(server, &connection);
         uint8_t byte = 0;
+        result.status = TERN_TLS_OK;
+        result.produced = 7;
         CHECK(TernTls_Decrypt(connection, &byte, 1, &byte, 0, &result) == TERN_TLS_BAD_ARGUMENT);
+        CHECK(result.status == TERN_TLS_BAD_ARGUMENT && result.produced == 0);
         TernTls_ConnectionFree(connection);
     }
     CHECK(TernTls_Handshake(NULL, NULL, -1, NULL, 0, &result) == TERN_TLS_BAD_ARGUMENT);
@@ -672,6 +675,49 @@ static void Garbage_IsAnErrorWithReason(void)
     CHECK(TernTls_LastErrorText(reason, sizeof(reason)) > 0);
     CHECK(TernTls_ServerAddCertificate(server, (const uint8_t*)s_default.certificate, s_default.certificateLength, (const uint8_t*)s_other.key, s_other.keyLength) == TERN_TLS_ERROR);
     TernTls_LastErrorText(reason, sizeof(reason));
+    TernTls_ServerRelease(server);
+}
+
+// A peer that closes in the middle of a record must be told from one that closes between records.
+static void PartialRecord_IsReportedUntilTheRestArrives(void)
+{
+    TernTlsServer* server = CreateServer();
+    const int versions[] = {TLS1_2_VERSION, TLS1_3_VERSION};
+    for (size_t v = 0; v < 2; v++)
+    {
+        Client client = NewClient(versions[v], NULL, NULL, NULL);
+        TernTlsConnection* connection = NULL;
+        TernTls_ConnectionCreate(server, &connection);
+        CHECK(Handshake(&client, connection, 1 << 20, 16384, NULL));
+        CHECK(TernTls_ConnectionPartialRecord(connection) == 0);
+
+        const char request[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        size_t written = 0;
+        CHECK(SSL_write_ex(client.ssl, request, sizeof(request) - 1, &written) == 1);
+        uint8_t* ciphertext = NULL;
+        long length = BIO_get_mem_data(client.fromClient, (char**)&ciphertext);
+        uint8_t plaintext[256];
+        TernTlsResult result;
+        // The header alone, then half the record, then the rest.
+        const long cuts[] = {5, length / 2, length};
+        long fed = 0;
+        size_t total = 0;
+        for (size_t c = 0; c < 3; c++)
+        {
+            int32_t status = TernTls_Decrypt(connection, ciphertext + fed, (int32_t)(cuts[c] - fed), plaintext + total, (int32_t)(sizeof(plaintext) - total), &result);
+            CHECK(status == TERN_TLS_WANT_READ);
+            fed += result.consumed;
+            total += (size_t)result.produced;
+            CHECK(TernTls_ConnectionPartialRecord(connection) == (c < 2));
+        }
+
+        CHECK(fed == length && total == sizeof(request) - 1 && memcmp(plaintext, request, total) == 0);
+        (void)BIO_reset(client.fromClient);
+        TernTls_ConnectionFree(connection);
+        FreeClient(&client);
+    }
+
+    CHECK(TernTls_ConnectionPartialRecord(NULL) == 0);
     TernTls_ServerRelease(server);
 }
 
@@ -742,6 +788,7 @@ int main(void)
     Resumption_ReplicasSharingTicketKeys_ResumeEachOthersSessions();
     ClientCertificates_RequiredAndOptional_VerifyAgainstTrustedCas();
     Garbage_IsAnErrorWithReason();
+    PartialRecord_IsReportedUntilTheRestArrives();
     TenThousandConnections_LeaveNoMemoryBehind();
     CHECK(s_selectorCalls > 0);
     FreePem(&s_default);

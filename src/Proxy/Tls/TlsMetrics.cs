@@ -85,7 +85,10 @@ public sealed class TlsMetrics : IDisposable
         _handshakeDuration.Record(duration.TotalSeconds, tags);
     }
 
-    /// <summary>A connection ended by a TLS error after its handshake; kind is "decrypt" or "encrypt".</summary>
+    /// <summary>error.type of a connection whose peer closed or reset it in the middle of a record.</summary>
+    public const string Truncated = "truncated";
+
+    /// <summary>A connection ended by a TLS error after its handshake; kind is "decrypt", "encrypt" or "truncated".</summary>
     public void ConnectionFailed(string kind) => _errors.Add(1, new KeyValuePair<string, object?>("error.type", kind));
 
     public void ConnectionOpened() => _connections.Add(1);

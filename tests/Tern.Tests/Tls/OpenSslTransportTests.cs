@@ -154,7 +154,7 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         {
         }
 
-        Assert.Equal(1, await EventuallyAsync(() => _meter.Total("tern.tls.handshakes", "tern.tls.handshake.result=failure")));
+        Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.handshakes", "tern.tls.handshake.result=failure") == 1));
         Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
     }
 
@@ -167,28 +167,66 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         await tls.WriteAsync(Encoding.ASCII.GetBytes("GET /name HTTP/1.1\r\nHost: localhost\r\n\r\n"));
         await Assert.ThrowsAnyAsync<Exception>(async () => await ReadUntilAsync(tls, text => text.Contains("200", StringComparison.Ordinal)));
 
-        Assert.Equal(1, await EventuallyAsync(() => _meter.Total("tern.tls.errors", "error.type=decrypt")));
+        Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.errors", "error.type=decrypt") == 1));
         Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
     }
 
     [Fact]
-    public async Task PeerVanishesMidRecord_OnlyThatConnectionEnds()
+    public async Task PeerVanishesMidRecord_OnlyThatConnectionEndsAndIsCounted()
     {
         using var healthy = _tern.CreateClient();
-        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp);
+        using var socket = new Socket(SocketType.Stream, ProtocolType.Tcp);
         await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
-        var capture = new CapturingStream(new NetworkStream(socket, ownsSocket: true));
-        var tls = new SslStream(capture, false, (_, _, _, _) => true);
+        var capture = new CapturingStream(new NetworkStream(socket, ownsSocket: false));
+        await using var tls = new SslStream(capture, false, (_, _, _, _) => true);
         await tls.AuthenticateAsClientAsync(new SslClientAuthenticationOptions { TargetHost = "localhost" });
+        Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.connections.active") == 1));
 
-        // Half of one application record, then the peer is gone.
+        // Half of one application record, then the peer is gone (FIN).
         capture.Hold = true;
         await tls.WriteAsync(Encoding.ASCII.GetBytes("GET /name HTTP/1.1\r\nHost: localhost\r\n\r\n"));
-        await capture.Inner.WriteAsync(capture.Held.AsMemory(0, capture.Held.Length / 2));
-        socket.Close();
+        await socket.SendAsync(capture.Held.AsMemory(0, capture.Held.Length / 2));
+        socket.Shutdown(SocketShutdown.Send);
 
-        Assert.Equal(1, await EventuallyAsync(() => _meter.Total("tern.tls.connections.active") == 0 ? 1 : 0));
+        await ReadUntilClosedAsync(socket);
+        Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.errors", "error.type=truncated") == 1));
+        Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.connections.active") == 0));
         Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
+    }
+
+    [Fact]
+    public async Task PeerClosesBetweenRecords_IsAnOrdinaryClose()
+    {
+        using var socket = new Socket(SocketType.Stream, ProtocolType.Tcp);
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        await using var tls = new SslStream(new NetworkStream(socket, ownsSocket: false), false, (_, _, _, _) => true);
+        await tls.AuthenticateAsClientAsync(new SslClientAuthenticationOptions { TargetHost = "localhost" });
+        await tls.WriteAsync(Encoding.ASCII.GetBytes("GET /bytes/100 HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+        await ReadUntilAsync(tls, text => text.EndsWith(Encoding.Latin1.GetString(TestUpstream.Pattern(100)), StringComparison.Ordinal));
+
+        // No close_notify, as many clients do: the FIN comes right after a whole record.
+        socket.Shutdown(SocketShutdown.Send);
+
+        await ReadUntilClosedAsync(socket);
+        Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.connections.active") == 0));
+        Assert.Equal(0, _meter.Total("tern.tls.errors"));
+    }
+
+    /// <summary>Reads (and drops) what the proxy still sends until it closes its side.</summary>
+    private static async Task ReadUntilClosedAsync(Socket socket)
+    {
+        var buffer = new byte[4096];
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+        try
+        {
+            while (await socket.ReceiveAsync(buffer, SocketFlags.None, timeout.Token) > 0)
+            {
+            }
+        }
+        catch (SocketException)
+        {
+            // Reset instead of closed: gone either way.
+        }
     }
 
     private async Task<SslStream> ConnectAsync(string alpn, bool trickle = false, bool corruptAfterHandshake = false)
@@ -229,14 +267,20 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
 
     private static int CountOf(string text, string part) => (text.Length - text.Replace(part, "", StringComparison.Ordinal).Length) / part.Length;
 
-    private static async Task<long> EventuallyAsync(Func<long> read)
+    /// <summary>Waits up to 10 s for a condition; true as soon as it holds (it is read once per try).</summary>
+    private static async Task<bool> EventuallyAsync(Func<bool> condition)
     {
-        for (var i = 0; i < 100 && read() == 0; i++)
+        for (var i = 0; i < 200; i++)
         {
+            if (condition())
+            {
+                return true;
+            }
+
             await Task.Delay(50);
         }
 
-        return read();
+        return false;
     }
 
     /// <summary>A minimal ClientHello offering only the given legacy version (0x0301 = TLS 1.0).</summary>

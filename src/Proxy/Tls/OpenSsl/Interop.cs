@@ -9,7 +9,7 @@ internal static unsafe partial class Interop
     private const string Library = "tern_tls";
 
     /// <summary>The ABI this build expects (TERN_TLS_ABI_VERSION).</summary>
-    public const int AbiVersion = 4;
+    public const int AbiVersion = 5;
 
     public const int Ok = 0;
     public const int WantRead = 1;
@@ -90,6 +90,9 @@ internal static unsafe partial class Interop
 
     [LibraryImport(Library, EntryPoint = "TernTls_ConnectionPeerCertificate")]
     private static partial int ConnectionPeerCertificate(ConnectionHandle connection, byte* buffer, int capacity);
+
+    [LibraryImport(Library, EntryPoint = "TernTls_ConnectionPartialRecord")]
+    public static partial int ConnectionPartialRecord(ConnectionHandle connection);
 
     [LibraryImport(Library, EntryPoint = "TernTls_ConnectionClientCertificateRefused")]
     public static partial int ConnectionClientCertificateRefused(ConnectionHandle connection);

@@ -27,6 +27,11 @@ internal sealed partial class OpenSslConnection
                 var (consumed, closed) = DecryptAvailable(buffer);
                 _transport.Input.AdvanceTo(buffer.GetPosition(consumed), buffer.End);
                 var flush = await _input.Writer.FlushAsync().ConfigureAwait(false);
+                if (read.IsCompleted && !closed)
+                {
+                    failure = Truncated();
+                }
+
                 if (closed || read.IsCompleted || flush.IsCompleted)
                 {
                     break;
@@ -41,6 +46,10 @@ internal sealed partial class OpenSslConnection
                 _metrics.ConnectionFailed("decrypt");
                 _abort(ex);
             }
+            else
+            {
+                Truncated(); // counted when a reset cut a record short
+            }
 
             failure = ex;
         }
@@ -48,6 +57,28 @@ internal sealed partial class OpenSslConnection
         {
             await _input.Writer.CompleteAsync(failure).ConfigureAwait(false);
         }
+    }
+
+    /// <summary>
+    /// The peer is gone. Between records that is an ordinary close (many clients skip
+    /// close_notify); in the middle of one it is counted as a failure and the plaintext pipe ends
+    /// with an error, so that a request cut short is not taken for a complete one.
+    /// </summary>
+    private IOException? Truncated()
+    {
+        bool partial;
+        lock (_native)
+        {
+            partial = Interop.ConnectionPartialRecord(_handle) == 1;
+        }
+
+        if (!partial)
+        {
+            return null;
+        }
+
+        _metrics.ConnectionFailed(TlsMetrics.Truncated);
+        return new IOException("The client closed the connection in the middle of a TLS record.");
     }
 
     private (long Consumed, bool Closed) DecryptAvailable(ReadOnlySequence<byte> buffer)
