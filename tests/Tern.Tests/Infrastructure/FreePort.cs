@@ -3,26 +3,64 @@ using System.Net.Sockets;
 
 namespace Tern.Tests.Infrastructure;
 
-/// <summary>Ports for listeners the tests configure by number (Tern's ports are settings, not 0).</summary>
+/// <summary>
+/// Ports for listeners the tests configure by number (Tern's ports are settings, not 0). They are
+/// taken below the kernel's ephemeral range: a port from that range can be given to an outgoing
+/// connection (of any test running in parallel) between the moment it is handed out here and the
+/// moment Tern binds it, and Kestrel's bind then fails with "address already in use".
+/// </summary>
 public static class FreePort
 {
-    private static readonly HashSet<int> s_handedOut = [];
+    private const int Lowest = 20000;
+    private static readonly Lock s_lock = new();
+    private static readonly int s_end = EphemeralStart();
+    private static int s_next = Lowest + (Environment.ProcessId * 7919 % Math.Max(1, s_end - Lowest));
 
     public static int Next()
     {
-        while (true)
+        lock (s_lock)
         {
-            using var listener = new TcpListener(IPAddress.IPv6Any, 0);
-            listener.Server.DualMode = true;
-            listener.Start();
-            var port = ((IPEndPoint)listener.LocalEndpoint).Port;
-            lock (s_handedOut)
+            for (var tries = 0; tries < s_end - Lowest; tries++)
             {
-                if (s_handedOut.Add(port))
+                var port = s_next;
+                s_next = s_next + 1 >= s_end ? Lowest : s_next + 1;
+                if (CanBind(port))
                 {
                     return port;
                 }
             }
+        }
+
+        throw new InvalidOperationException($"no free port between {Lowest} and {s_end}");
+    }
+
+    private static bool CanBind(int port)
+    {
+        try
+        {
+            using var listener = new TcpListener(IPAddress.IPv6Any, port);
+            listener.Server.DualMode = true;
+            listener.Start();
+            return true;
+        }
+        catch (SocketException)
+        {
+            return false;
+        }
+    }
+
+    /// <summary>The first port of net.ipv4.ip_local_port_range (Linux's default is 32768).</summary>
+    private static int EphemeralStart()
+    {
+        try
+        {
+            var first = File.ReadAllText("/proc/sys/net/ipv4/ip_local_port_range").Split((char[])['\t', ' '], StringSplitOptions.RemoveEmptyEntries)[0];
+            var start = int.Parse(first, System.Globalization.CultureInfo.InvariantCulture);
+            return start > Lowest + 1000 ? start : 32768;
+        }
+        catch (IOException)
+        {
+            return 32768;
         }
     }
 }
