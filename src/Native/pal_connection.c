@@ -286,7 +286,12 @@ static void Arm(TernTlsConnection* connection, const uint8_t* input, int32_t inp
     connection->outputOffset = 0;
     connection->spilled = 0;
     connection->drained = 0;
-    ERR_clear_error();
+    // SSL_get_error reads the thread's error queue, so nothing stale may be left in it; peeking
+    // first is cheaper than clearing the queue's 16 slots on every call, and it is usually empty.
+    if (ERR_peek_error() != 0)
+    {
+        ERR_clear_error();
+    }
 }
 
 // Fills result and clears the windows: no caller pointer outlives the call.

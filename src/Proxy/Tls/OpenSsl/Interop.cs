@@ -61,17 +61,20 @@ internal static unsafe partial class Interop
     [LibraryImport(Library, EntryPoint = "TernTls_ConnectionFree")]
     public static partial void ConnectionFree(nint connection);
 
+    // The four operations take the raw pointer: they run for every record, and the connection
+    // holds one reference on its handle for its whole life (see OpenSslConnection), instead of
+    // the marshaller taking and dropping one per call.
     [LibraryImport(Library, EntryPoint = "TernTls_Handshake")]
-    public static partial int Handshake(ConnectionHandle connection, byte* input, int inputLength, byte* output, int outputLength, out Result result);
+    public static partial int Handshake(nint connection, byte* input, int inputLength, byte* output, int outputLength, out Result result);
 
     [LibraryImport(Library, EntryPoint = "TernTls_Decrypt")]
-    public static partial int Decrypt(ConnectionHandle connection, byte* input, int inputLength, byte* output, int outputLength, out Result result);
+    public static partial int Decrypt(nint connection, byte* input, int inputLength, byte* output, int outputLength, out Result result);
 
     [LibraryImport(Library, EntryPoint = "TernTls_Encrypt")]
-    public static partial int Encrypt(ConnectionHandle connection, byte* input, int inputLength, byte* output, int outputLength, out Result result);
+    public static partial int Encrypt(nint connection, byte* input, int inputLength, byte* output, int outputLength, out Result result);
 
     [LibraryImport(Library, EntryPoint = "TernTls_Shutdown")]
-    public static partial int Shutdown(ConnectionHandle connection, byte* output, int outputLength, out Result result);
+    public static partial int Shutdown(nint connection, byte* output, int outputLength, out Result result);
 
     [LibraryImport(Library, EntryPoint = "TernTls_ConnectionProtocol")]
     public static partial int ConnectionProtocol(ConnectionHandle connection);

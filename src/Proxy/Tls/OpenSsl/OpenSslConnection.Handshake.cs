@@ -123,10 +123,10 @@ internal sealed partial class OpenSslConnection
             {
                 _ = operation switch
                 {
-                    Operation.Handshake => Interop.Handshake(_handle, inputPointer, input.Length, outputPointer, output.Length, out result),
-                    Operation.Decrypt => Interop.Decrypt(_handle, inputPointer, input.Length, outputPointer, output.Length, out result),
-                    Operation.Encrypt => Interop.Encrypt(_handle, inputPointer, input.Length, outputPointer, output.Length, out result),
-                    _ => Interop.Shutdown(_handle, outputPointer, output.Length, out result),
+                    Operation.Handshake => Interop.Handshake(_ssl, inputPointer, input.Length, outputPointer, output.Length, out result),
+                    Operation.Decrypt => Interop.Decrypt(_ssl, inputPointer, input.Length, outputPointer, output.Length, out result),
+                    Operation.Encrypt => Interop.Encrypt(_ssl, inputPointer, input.Length, outputPointer, output.Length, out result),
+                    _ => Interop.Shutdown(_ssl, outputPointer, output.Length, out result),
                 };
             }
 

@@ -20,6 +20,10 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     // The SSL object is not thread-safe; each native call is short and synchronous.
     private readonly Lock _native = new();
     private readonly Interop.ConnectionHandle _handle;
+
+    // The handle's pointer for the per-record calls, valid until DisposeAsync releases the
+    // reference taken in the constructor (after both pumps have stopped).
+    private readonly nint _ssl;
     private readonly OpenSslServer _server;
     private readonly IDuplexPipe _transport;
     private readonly Pipe _input;
@@ -49,6 +53,9 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
         }
 
         _handle = handle;
+        var added = false;
+        _handle.DangerousAddRef(ref added);
+        _ssl = _handle.DangerousGetHandle();
         var minimumSegment = pool.MaxBufferSize > 0 ? Math.Min(pool.MaxBufferSize, 4096) : 4096;
         _input = new Pipe(new PipeOptions(pool, PipeScheduler.Inline, PipeScheduler.Inline, 1024 * 1024, 512 * 1024, minimumSegment, useSynchronizationContext: false));
         // Kestrel writes responses into 16 KB blocks, so that each becomes one full TLS record: 4 KB
@@ -123,6 +130,7 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
             _transport.Output.CancelPendingFlush();
             await _encrypting.ConfigureAwait(false);
         }
+        _handle.DangerousRelease();
         _handle.Dispose();
         GC.KeepAlive(_server);
     }
