@@ -14,7 +14,7 @@ public static class FreePort
     private const int Lowest = 20000;
     private static readonly Lock s_lock = new();
     private static readonly int s_end = EphemeralStart();
-    private static int s_next = Lowest + (Environment.ProcessId * 7919 % Math.Max(1, s_end - Lowest));
+    private static int s_next = Lowest + (int)((long)Environment.ProcessId * 7919 % Math.Max(1, s_end - Lowest));
 
     public static int Next()
     {
