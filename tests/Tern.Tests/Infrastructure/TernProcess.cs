@@ -12,8 +12,13 @@ public sealed partial class TernProcess : IAsyncDisposable
 {
     private readonly Process _process;
     private readonly ConcurrentQueue<string> _output = new();
+    private readonly string _selfSignedFolder;
 
-    private TernProcess(Process process) => _process = process;
+    private TernProcess(Process process, string selfSignedFolder)
+    {
+        _process = process;
+        _selfSignedFolder = selfSignedFolder;
+    }
 
     public string Output => string.Join('\n', _output);
 
@@ -43,13 +48,16 @@ public sealed partial class TernProcess : IAsyncDisposable
             start.Environment.Remove(key);
         }
 
-        start.Environment["Tern__Tls__SelfSignedDirectory"] = Path.Combine(Path.GetTempPath(), "tern-test-selfsigned");
+        // A folder of its own: processes starting in parallel would otherwise race to write the
+        // same self-signed certificate and key (through the same .tmp names).
+        var selfSignedFolder = Directory.CreateTempSubdirectory("tern-test-selfsigned-").FullName;
+        start.Environment["Tern__Tls__SelfSignedDirectory"] = selfSignedFolder;
         foreach (var (key, value) in environment)
         {
             start.Environment[key] = value;
         }
 
-        var process = new TernProcess(Process.Start(start)!);
+        var process = new TernProcess(Process.Start(start)!, selfSignedFolder);
         process._process.OutputDataReceived += (_, e) => { if (e.Data is not null) { process._output.Enqueue(e.Data); } };
         process._process.ErrorDataReceived += (_, e) => { if (e.Data is not null) { process._output.Enqueue(e.Data); } };
         process._process.BeginOutputReadLine();
@@ -118,6 +126,7 @@ public sealed partial class TernProcess : IAsyncDisposable
         }
 
         _process.Dispose();
+        Directory.Delete(_selfSignedFolder, recursive: true);
     }
 
     [LibraryImport("libc", EntryPoint = "kill")]
