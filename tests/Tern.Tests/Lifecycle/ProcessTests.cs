@@ -252,7 +252,9 @@ public sealed class ShippedDefaultsTests
         Assert.DoesNotContain(listening, p => p is 8443 or 8080 or 9090 or 8081);
         await using var tern = TernProcess.Start(new Dictionary<string, string>());
         await tern.WaitUntilServingAsync(9090);
-        Assert.Contains("Tern listening: HTTPS 8443, HTTP 8080 (redirects to HTTPS 8443), management 9090", tern.Output, StringComparison.Ordinal);
+
+        // Logged once Kestrel serves, through the asynchronous console logger: it may trail /healthz.
+        await tern.WaitForOutputAsync("Tern listening: HTTPS 8443, HTTP 8080 (redirects to HTTPS 8443), management 9090");
 
         var (exit, output) = await Tool.RunAsync("curl", ["-sS", "-k", "https://localhost:8443/anything?x=1", "-d", "hello"]);
 
@@ -263,6 +265,6 @@ public sealed class ShippedDefaultsTests
         Assert.Equal("/anything", echo.RootElement.GetProperty("path").GetString());
         Assert.Equal("hello", echo.RootElement.GetProperty("body").GetString());
         Assert.Equal("https", echo.RootElement.GetProperty("headers").GetProperty("X-Forwarded-Proto").GetString());
-        Assert.Contains("serving a self-signed certificate for localhost", tern.Output, StringComparison.Ordinal);
+        await tern.WaitForOutputAsync("serving a self-signed certificate for localhost");
     }
 }
