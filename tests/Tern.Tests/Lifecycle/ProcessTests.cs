@@ -124,16 +124,16 @@ public abstract class ProcessTests(string engine)
         await using var process = tern;
         using var https = client;
         var httpsPort = int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture);
-        var inFlight = client.GetAsync(new Uri("/slow/2000", UriKind.Relative));
-        await Task.Delay(500);
+        var seen = app.Requests;
+        var inFlight = client.GetAsync(new Uri("/slow/5000", UriKind.Relative));
+        await WaitForUpstreamAsync(app, seen, inFlight);
 
         tern.Terminate();
-        await Task.Delay(300);
-        using var late = new Socket(SocketType.Stream, ProtocolType.Tcp);
-        var refused = await Assert.ThrowsAsync<SocketException>(() => late.ConnectAsync(IPAddress.Loopback, httpsPort));
+        Assert.False(inFlight.IsCompleted, "the request was no longer in flight when SIGTERM was sent");
+        var late = await ConnectUntilRefusedAsync(httpsPort);
 
         using var response = await inFlight;
-        Assert.Equal(SocketError.ConnectionRefused, refused.SocketErrorCode);
+        Assert.Equal(SocketError.ConnectionRefused, late);
         Assert.Equal(HttpStatusCode.OK, response.StatusCode);
         Assert.Equal("slow done", await response.Content.ReadAsStringAsync());
         Assert.Equal(0, await tern.WaitForExitAsync(TimeSpan.FromSeconds(20)));
@@ -147,8 +147,9 @@ public abstract class ProcessTests(string engine)
         var (tern, client, _) = await StartInFrontOfAsync(app, ("Tern__Shutdown__DrainTimeout", "00:00:01"));
         await using var process = tern;
         using var https = client;
+        var seen = app.Requests;
         var inFlight = client.GetAsync(new Uri("/slow/20000", UriKind.Relative));
-        await Task.Delay(500);
+        await WaitForUpstreamAsync(app, seen, inFlight);
 
         tern.Terminate();
 
@@ -192,6 +193,46 @@ public abstract class ProcessTests(string engine)
         await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
         var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
         return (tern, client, environment);
+    }
+
+    /// <summary>Waits (up to 10 s) until app has received more than seen requests, so that request is in flight in the proxy.</summary>
+    private static async Task WaitForUpstreamAsync(TestUpstream app, int seen, Task request)
+    {
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
+        while (app.Requests <= seen && !request.IsCompleted && DateTime.UtcNow < deadline)
+        {
+            await Task.Delay(20);
+        }
+
+        Assert.True(app.Requests > seen, $"the upstream did not receive the request (request completed: {request.IsCompleted})");
+    }
+
+    /// <summary>Connects every 50 ms until the port refuses, for up to 10 s; returns the last result.</summary>
+    private static async Task<SocketError> ConnectUntilRefusedAsync(int port)
+    {
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
+        while (true)
+        {
+            // Closed again at once: a connection the listener still accepted must not hold up the drain.
+            using var socket = new Socket(SocketType.Stream, ProtocolType.Tcp);
+            SocketError result;
+            try
+            {
+                await socket.ConnectAsync(IPAddress.Loopback, port);
+                result = SocketError.Success;
+            }
+            catch (SocketException ex)
+            {
+                result = ex.SocketErrorCode;
+            }
+
+            if (result == SocketError.ConnectionRefused || DateTime.UtcNow >= deadline)
+            {
+                return result;
+            }
+
+            await Task.Delay(50);
+        }
     }
 
     private Dictionary<string, string> FreePorts() => new()
