@@ -199,7 +199,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     }
 
     [Fact]
-    public async Task UpstreamDown_Returns502WithinOneSecondWithReason()
+    public async Task UpstreamDown_Returns502PromptlyWithReason()
     {
         var deadPort = FreePort.Next();
         var config = new TernConfig(engine).Route("all", "dead", "{**any}").Cluster("dead", [$"http://127.0.0.1:{deadPort}/"]);
@@ -217,11 +217,14 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
         Assert.Equal("502 Bad Gateway: the upstream refused the connection (cluster 'dead')\n", await response.Content.ReadAsStringAsync());
         Assert.StartsWith("text/plain", response.Content.Headers.ContentType!.ToString(), StringComparison.Ordinal);
-        Assert.True(watch.Elapsed < TimeSpan.FromSeconds(1), $"took {watch.Elapsed}");
+
+        // A refusal is answered at once; 3 s leaves room for a loaded machine and still rules out
+        // retrying the connect (the message says the refusal is why).
+        Assert.True(watch.Elapsed < TimeSpan.FromSeconds(3), $"took {watch.Elapsed}");
     }
 
     [Fact]
-    public async Task UpstreamUnreachable_Returns502WithinOneSecondWithReason()
+    public async Task UpstreamUnreachable_Returns502PromptlyWithReason()
     {
         // A listener whose accept queue is full drops further SYNs, like a host that never answers.
         using var blackhole = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
@@ -247,7 +250,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
         // Timed on the second request, as above: the connect timeout is 800 ms, and on a busy CI
-        // machine a cold first request came within 60 ms of the bound.
+        // machine a cold first request came within 60 ms of a 1 s bound.
         using var first = await client.GetAsync(new Uri("/anything", UriKind.Relative));
         Assert.Equal(HttpStatusCode.BadGateway, first.StatusCode);
 
@@ -258,7 +261,10 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
 
         Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
         Assert.Equal("502 Bad Gateway: the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout (cluster 'dark')\n", await response.Content.ReadAsStringAsync());
-        Assert.True(watch.Elapsed < TimeSpan.FromSeconds(1), $"took {watch.Elapsed}");
+
+        // The 800 ms connect timeout ended it: without it, the kernel would retransmit the SYN after
+        // 1 s, 3 s, 7 s... for minutes. 3 s leaves room for a loaded machine (1 s left 200 ms).
+        Assert.True(watch.Elapsed < TimeSpan.FromSeconds(3), $"took {watch.Elapsed}");
     }
 
     [Fact]
