@@ -146,10 +146,11 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreatePlainClient(config.ManagementPort);
 
-        // Active health checks mark the destination down after a few failed probes.
+        // Active health checks mark the destination down after a few failed probes (every 200 ms,
+        // each up to 500 ms); up to 20 s, for a loaded machine that runs them late.
         HttpResponseMessage response = null!;
         var body = "";
-        for (var i = 0; i < 50 && !body.StartsWith("not ready", StringComparison.Ordinal); i++)
+        for (var i = 0; i < 200 && !body.StartsWith("not ready", StringComparison.Ordinal); i++)
         {
             await Task.Delay(100);
             response = await client.GetAsync(new Uri("/readyz", UriKind.Relative));
