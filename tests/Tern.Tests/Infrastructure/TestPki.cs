@@ -100,7 +100,11 @@ public static class TestPki
         return new ClientIdentity(certificatePath, keyPath, X509Certificate2.CreateFromPemFile(certificatePath, keyPath));
     }
 
-    /// <summary>Writes a fresh certificate and key with the given names into folder.</summary>
+    /// <summary>
+    /// Writes a fresh certificate and key with the given names into folder. Each file is written
+    /// beside its place and renamed over it (key first), as cert-manager and kubelet publish them:
+    /// a proxy watching the folder never reads a half-written file.
+    /// </summary>
     public static PemPair Create(string name, string[] dnsNames, string? folder = null)
     {
         folder ??= s_folder.Value;
@@ -117,8 +121,10 @@ public static class TestPki
         using var certificate = request.CreateSelfSigned(DateTimeOffset.UtcNow.AddDays(-1), DateTimeOffset.UtcNow.AddDays(30));
         var certificatePath = Path.Combine(folder, $"{name}.crt");
         var keyPath = Path.Combine(folder, $"{name}.key");
-        File.WriteAllText(certificatePath, certificate.ExportCertificatePem());
-        File.WriteAllText(keyPath, key.ExportPkcs8PrivateKeyPem());
+        File.WriteAllText(keyPath + ".tmp", key.ExportPkcs8PrivateKeyPem());
+        File.WriteAllText(certificatePath + ".tmp", certificate.ExportCertificatePem());
+        File.Move(keyPath + ".tmp", keyPath, overwrite: true);
+        File.Move(certificatePath + ".tmp", certificatePath, overwrite: true);
         return new PemPair(certificatePath, keyPath, certificate.Thumbprint);
     }
 }
