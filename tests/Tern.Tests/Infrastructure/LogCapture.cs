@@ -9,15 +9,22 @@ public sealed class LogCapture : ILoggerProvider
 
     public IEnumerable<string> Lines => _lines;
 
+    /// <summary>How many lines were logged so far; pass it as WaitForAsync's after to skip them.</summary>
+    public int Count => _lines.Count;
+
     public ILogger CreateLogger(string categoryName) => new Logger(this, categoryName);
 
-    /// <summary>Waits until a line contains text; returns the line, or fails listing what was logged.</summary>
-    public async Task<string> WaitForAsync(string text, TimeSpan? timeout = null)
+    /// <summary>
+    /// Waits until a line contains text; returns the line, or fails listing what was logged. With
+    /// after (a <see cref="Count"/> taken before an action), only lines logged since then count, so
+    /// that a line an earlier step logged does not stand in for the one the action should log.
+    /// </summary>
+    public async Task<string> WaitForAsync(string text, TimeSpan? timeout = null, int after = 0)
     {
         var deadline = DateTime.UtcNow + (timeout ?? TimeSpan.FromSeconds(15));
         while (DateTime.UtcNow < deadline)
         {
-            var line = _lines.FirstOrDefault(l => l.Contains(text, StringComparison.Ordinal));
+            var line = _lines.Skip(after).FirstOrDefault(l => l.Contains(text, StringComparison.Ordinal));
             if (line is not null)
             {
                 return line;
@@ -26,7 +33,7 @@ public sealed class LogCapture : ILoggerProvider
             await Task.Delay(50);
         }
 
-        throw new TimeoutException($"no log line contains '{text}'; logged:\n{string.Join('\n', _lines)}");
+        throw new TimeoutException($"no log line{(after > 0 ? $" after the first {after}" : "")} contains '{text}'; logged:\n{string.Join('\n', _lines)}");
     }
 
     public void Dispose()
