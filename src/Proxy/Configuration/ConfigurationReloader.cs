@@ -59,25 +59,33 @@ internal sealed class ConfigurationReloader(
 
     private void Schedule() => _timer?.Change(s_settle, Timeout.InfiniteTimeSpan);
 
-    /// <summary>Watches the certificate files of the configuration in force (called under the lock).</summary>
+    /// <summary>
+    /// Watches the certificate files of the configuration in force (called under the lock). The
+    /// new watch is armed before the old one goes, so that no change falls between the two.
+    /// </summary>
     private void WatchCertificates()
     {
-        _certificates?.Dispose();
+        var previous = _certificates;
         _certificates = new CertificateFileWatch(active.Current.Settings);
         _certificates.Token.RegisterChangeCallback(_ => Schedule(), null);
+        previous?.Dispose();
     }
 
     internal void Apply()
     {
         lock (_lock)
         {
+            // A file token fires once, and the one that scheduled this reload has fired: re-arm it
+            // before the files are read, so that a renewal landing while they are read (a key
+            // written after its certificate) schedules another reload instead of going unseen.
+            WatchCertificates();
             try
             {
                 ApplyLocked();
             }
             finally
             {
-                // Re-armed every time (a file token fires once), on the files now in force.
+                // Again on the files now in force: the reload may have changed their paths.
                 WatchCertificates();
             }
         }
