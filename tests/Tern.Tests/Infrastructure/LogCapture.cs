@@ -19,22 +19,9 @@ public sealed class LogCapture : ILoggerProvider
     /// after (a <see cref="Count"/> taken before an action), only lines logged since then count, so
     /// that a line an earlier step logged does not stand in for the one the action should log.
     /// </summary>
-    public async Task<string> WaitForAsync(string text, TimeSpan? timeout = null, int after = 0)
-    {
-        var deadline = DateTime.UtcNow + (timeout ?? TimeSpan.FromSeconds(15));
-        while (DateTime.UtcNow < deadline)
-        {
-            var line = _lines.Skip(after).FirstOrDefault(l => l.Contains(text, StringComparison.Ordinal));
-            if (line is not null)
-            {
-                return line;
-            }
-
-            await Task.Delay(50);
-        }
-
-        throw new TimeoutException($"no log line{(after > 0 ? $" after the first {after}" : "")} contains '{text}'; logged:\n{string.Join('\n', _lines)}");
-    }
+    public Task<string> WaitForAsync(string text, TimeSpan? timeout = null, int after = 0) =>
+        LineWait.WaitForAsync(_lines.Skip(after), text, timeout,
+            () => $"no log line{(after > 0 ? $" after the first {after}" : "")} contains '{text}'; logged:\n{string.Join('\n', _lines)}");
 
     public void Dispose()
     {

@@ -118,22 +118,8 @@ public sealed partial class TernProcess : IAsyncDisposable
     /// Waits until a line of output contains text; returns the line, or fails with the output.
     /// The console logger writes asynchronously: a line can arrive after what it reports took effect.
     /// </summary>
-    public async Task<string> WaitForOutputAsync(string text, TimeSpan? timeout = null)
-    {
-        var deadline = DateTime.UtcNow + (timeout ?? TimeSpan.FromSeconds(15));
-        while (DateTime.UtcNow < deadline)
-        {
-            var line = _output.FirstOrDefault(l => l.Contains(text, StringComparison.Ordinal));
-            if (line is not null)
-            {
-                return line;
-            }
-
-            await Task.Delay(50);
-        }
-
-        throw new TimeoutException($"no output line contains '{text}'; output:\n{Output}");
-    }
+    public Task<string> WaitForOutputAsync(string text, TimeSpan? timeout = null) =>
+        LineWait.WaitForAsync(_output, text, timeout, () => $"no output line contains '{text}'; output:\n{Output}");
 
     /// <summary>Sends SIGTERM, as Kubernetes does to stop a pod.</summary>
     public void Terminate() => _ = Kill(_process.Id, 15);
