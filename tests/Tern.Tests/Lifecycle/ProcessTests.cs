@@ -178,6 +178,33 @@ public abstract class ProcessTests(string engine)
 
         await tern.WaitForOutputAsync("GET /slow/3000 returned 499: the client closed the connection before the response", TimeSpan.FromSeconds(20));
         Assert.DoesNotContain("returned 502", tern.Output, StringComparison.Ordinal);
+        AssertNoSecondReport(tern);
+    }
+
+    [Fact]
+    public async Task DeadUpstream_ShippedConfig_IsOneLogLineNamingClusterAndDestination()
+    {
+        await using var app = await TestUpstream.StartAsync("app");
+        var deadPort = FreePort.Next();
+        var (tern, client, _) = await StartInFrontOfAsync(app, ("ReverseProxy__Clusters__app__Destinations__d1__Address", $"http://127.0.0.1:{deadPort}/"));
+        await using var process = tern;
+        using var https = client;
+
+        using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        await tern.WaitForOutputAsync("GET /anything returned 502: the upstream refused the connection (cluster 'app') (route default, cluster app, destination d1)", TimeSpan.FromSeconds(20));
+        AssertNoSecondReport(tern);
+    }
+
+    /// <summary>
+    /// Tern's own line is the whole report of a forwarding error: YARP's warning for the same
+    /// event (with its stack trace) is turned off in the shipped config.
+    /// </summary>
+    private static void AssertNoSecondReport(TernProcess tern)
+    {
+        Assert.DoesNotContain("Yarp.ReverseProxy.Forwarder.HttpForwarder", tern.Output, StringComparison.Ordinal);
+        Assert.DoesNotContain("   at ", tern.Output, StringComparison.Ordinal);
     }
 
     /// <summary>The real process in front of app, with extra settings; serving when this returns.</summary>
