@@ -188,11 +188,10 @@ public static class TernHost
         builder.WebHost.ConfigureKestrel(kestrel =>
         {
             kestrel.AddServerHeader = false;
-            kestrel.ListenAnyIP(settings.HttpsPort, listen =>
-            {
-                listen.Protocols = HttpProtocols.Http1AndHttp2;
-                listen.UseTernTls();
-            });
+            // HTTP/1.1 and HTTP/2 (by ALPN) are Kestrel's default. Setting them explicitly made
+            // Kestrel warn at every start that HTTP/2 was off, which is false: it only recognises
+            // TLS it set up itself (UseHttps), and chooses the protocol per connection from ALPN.
+            kestrel.ListenAnyIP(settings.HttpsPort, listen => listen.UseTernTls());
             kestrel.ListenAnyIP(settings.HttpPort, listen => listen.Protocols = HttpProtocols.Http1);
             kestrel.ListenAnyIP(settings.ManagementPort, listen => listen.Protocols = HttpProtocols.Http1);
             if (settings.DemoEnabled)

@@ -336,5 +336,14 @@ public sealed class ShippedDefaultsTests
         Assert.Equal("hello", echo.RootElement.GetProperty("body").GetString());
         Assert.Equal("https", echo.RootElement.GetProperty("headers").GetProperty("X-Forwarded-Proto").GetString());
         await tern.WaitForOutputAsync("serving a self-signed certificate for localhost");
+
+        var (h2Exit, version) = await Tool.RunAsync("curl", ["-sS", "-k", "--http2", "-o", "/dev/null", "-w", "%{http_version}", "https://localhost:8443/anything"]);
+        Assert.Equal(0, h2Exit);
+        Assert.Equal("2", version.Trim());
+
+        // A first start warns about one thing: the self-signed certificate. (Kestrel used to warn
+        // that HTTP/2 was off on the HTTPS port, which was false: it only sees TLS it set up itself.)
+        var warnings = tern.Output.Split('\n').Where(l => l.Contains(" warn: ", StringComparison.Ordinal)).ToList();
+        Assert.All(warnings, w => Assert.Contains("serving a self-signed certificate", w, StringComparison.Ordinal));
     }
 }
