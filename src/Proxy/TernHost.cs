@@ -2,6 +2,7 @@ using System.Net;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
+using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
@@ -44,6 +45,7 @@ public static class TernHost
     /// <summary>Runs until SIGTERM/SIGINT; returns the process exit code.</summary>
     public static async Task<int> RunAsync(string[] args)
     {
+        SocketEventThreads.DefaultOn();
         var options = new TernHostOptions { Args = args, ConfigFile = Environment.GetEnvironmentVariable("TERN_CONFIG") };
         var app = TryBuild(options, Console.Error);
         if (app is null)
@@ -96,6 +98,10 @@ public static class TernHost
         builder.Services.AddRouting();
         builder.Services.AddMetrics();
         builder.WebHost.UseKestrelCore();
+
+        // Kestrel's half of the event-thread model: its HTTP code runs on the thread where the
+        // socket read completed, not after one more hop through the thread pool.
+        builder.Services.Configure<SocketTransportOptions>(o => o.UnsafePreferInlineScheduling = SocketEventThreads.Enabled);
 
         var snapshot = ConfigurationSnapshot.TryLoad(builder.Configuration, out var found);
         var problems = found.ToList();
@@ -295,6 +301,15 @@ public static class TernHost
         if (settings.DemoEnabled)
         {
             TernLog.DemoEnabled(logger, settings.DemoPort);
+        }
+
+        if (SocketEventThreads.Enabled)
+        {
+            TernLog.EventThreads(logger, SocketEventThreads.Variable);
+        }
+        else
+        {
+            TernLog.ThreadPoolIo(logger, SocketEventThreads.Variable, Environment.GetEnvironmentVariable(SocketEventThreads.Variable) ?? "");
         }
 
         var lifetime = app.Services.GetRequiredService<IHostApplicationLifetime>();

@@ -55,4 +55,10 @@ internal static partial class TernLog
 
     [LoggerMessage(402, LogLevel.Information, "Shutting down: no new connections; draining in-flight requests for up to {DrainTimeout}")]
     public static partial void Draining(ILogger logger, TimeSpan drainTimeout);
+
+    [LoggerMessage(403, LogLevel.Information, "Connections are served on the socket event threads, one per core ({Variable}=1; 0 hands them to the thread pool)")]
+    public static partial void EventThreads(ILogger logger, string variable);
+
+    [LoggerMessage(404, LogLevel.Information, "Connections are handed to the thread pool ({Variable}={Value}); unset it for Tern's default, the socket event threads, which take less CPU per request")]
+    public static partial void ThreadPoolIo(ILogger logger, string variable, string value);
 }

@@ -42,8 +42,9 @@ public sealed partial class TernProcess : IAsyncDisposable
             start.ArgumentList.Add(arg);
         }
 
-        // Only what the test sets: no Tern or YARP settings leak in from the runner's environment.
-        foreach (var key in start.Environment.Keys.Where(k => k.StartsWith("Tern__", StringComparison.OrdinalIgnoreCase) || k.StartsWith("ReverseProxy__", StringComparison.OrdinalIgnoreCase) || k is "TERN_CONFIG" or "DOTNET_ENVIRONMENT" or "ASPNETCORE_ENVIRONMENT").ToList())
+        // Only what the test sets: no Tern or YARP settings leak in from the runner's environment, nor
+        // the socket switch the test runner sets (tern.runsettings), so that Tern's own default applies.
+        foreach (var key in start.Environment.Keys.Where(k => k.StartsWith("Tern__", StringComparison.OrdinalIgnoreCase) || k.StartsWith("ReverseProxy__", StringComparison.OrdinalIgnoreCase) || k is "TERN_CONFIG" or "DOTNET_ENVIRONMENT" or "ASPNETCORE_ENVIRONMENT" or Proxy.Listeners.SocketEventThreads.Variable).ToList())
         {
             start.Environment.Remove(key);
         }

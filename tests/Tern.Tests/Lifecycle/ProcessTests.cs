@@ -264,6 +264,47 @@ public abstract class ProcessTests(string engine)
         }
     }
 
+    [Fact]
+    public async Task SocketEventThreads_OnByDefault_OffWhenTheOperatorSetsZero()
+    {
+        // Tern's default: the runtime's socket event threads serve the connections, one per core.
+        // The runtime shows that it took the switch by starting one event thread per core instead
+        // of one (the thread count is the runtime's, .NET 6 to 10; on one core both are 1).
+        var environment = ToTheDemo(FreePorts());
+        await using (var tern = TernProcess.Start(environment))
+        {
+            await ServeThroughTlsAsync(tern, environment);
+            await tern.WaitForOutputAsync("Connections are served on the socket event threads, one per core (DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1; 0 hands them to the thread pool)");
+            Assert.Equal(Environment.ProcessorCount, EventThreads(tern.Id));
+        }
+
+        environment = ToTheDemo(FreePorts());
+        environment["DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS"] = "0";
+        await using (var tern = TernProcess.Start(environment))
+        {
+            await ServeThroughTlsAsync(tern, environment);
+            await tern.WaitForOutputAsync("Connections are handed to the thread pool (DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=0)");
+            Assert.Equal(1, EventThreads(tern.Id));
+        }
+
+        Dictionary<string, string> ToTheDemo(Dictionary<string, string> environment)
+        {
+            environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = $"http://127.0.0.1:{environment["Tern__Demo__Port"]}/";
+            return environment;
+        }
+
+        static async Task ServeThroughTlsAsync(TernProcess tern, Dictionary<string, string> environment)
+        {
+            await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
+            using var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+            using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
+            Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        }
+
+        static int EventThreads(int pid) => Directory.GetDirectories($"/proc/{pid}/task")
+            .Count(task => File.ReadAllText(Path.Combine(task, "comm")).Trim() == ".NET Sockets");
+    }
+
     private Dictionary<string, string> FreePorts() => new()
     {
         ["Tern__Tls__Engine"] = engine,
