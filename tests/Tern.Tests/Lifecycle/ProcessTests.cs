@@ -198,6 +198,31 @@ public abstract class ProcessTests(string engine)
     }
 
     /// <summary>
+    /// The shipped config keeps ASP.NET Core's per-request hosting diagnostics off: at any level,
+    /// they start an Activity and a logging scope for every request (about 15% of a small request's
+    /// CPU). Tern exports no traces, so a client's traceparent reaches the upstream as the client
+    /// sent it, parented on a span that exists, and Tern invents none of its own.
+    /// </summary>
+    [Fact]
+    public async Task ShippedConfig_ClientTraceparent_ReachesUpstreamUnchanged_AndTernAddsNone()
+    {
+        await using var app = await TestUpstream.StartAsync("app");
+        var (tern, client, _) = await StartInFrontOfAsync(app);
+        await using var process = tern;
+        using var https = client;
+        const string Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+        using var traced = new HttpRequestMessage(HttpMethod.Get, new Uri("/headers", UriKind.Relative));
+        traced.Headers.Add("traceparent", Traceparent);
+        using var tracedResponse = await client.SendAsync(traced);
+        var withTrace = TestUpstream.ParseHeaders(await tracedResponse.Content.ReadAsStringAsync());
+        var withoutTrace = TestUpstream.ParseHeaders(await client.GetStringAsync(new Uri("/headers", UriKind.Relative)));
+
+        Assert.Equal(Traceparent, withTrace["traceparent"]);
+        Assert.False(withoutTrace.ContainsKey("traceparent"), $"Tern added traceparent {withoutTrace.GetValueOrDefault("traceparent")}");
+    }
+
+    /// <summary>
     /// Tern's own line is the whole report of a forwarding error: YARP's warning for the same
     /// event (with its stack trace) is turned off in the shipped config.
     /// </summary>
