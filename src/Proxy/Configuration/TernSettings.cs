@@ -40,6 +40,9 @@ public sealed record TernSettings
 
     public TimeSpan DrainTimeout { get; init; } = TimeSpan.FromSeconds(30);
 
+    /// <summary>Whether /metrics also exports the instruments updated on every request for what is in flight (see MetricsEndpoint.InFlightInstruments).</summary>
+    public bool MetricsInFlight { get; init; }
+
     public bool DemoEnabled { get; init; }
 
     public int DemoPort { get; init; } = 8081;
@@ -69,6 +72,7 @@ public sealed record TernSettings
             TrustedProxies = ReadNetworks(reader, "Tern:Forwarding:TrustedProxies"),
             ConnectTimeout = reader.Duration("Tern:Forwarding:ConnectTimeout", defaults.ConnectTimeout),
             DrainTimeout = reader.Duration("Tern:Shutdown:DrainTimeout", defaults.DrainTimeout),
+            MetricsInFlight = reader.Bool("Tern:Metrics:InFlight", defaults.MetricsInFlight),
             DemoEnabled = reader.Bool("Tern:Demo:Enabled", defaults.DemoEnabled),
             DemoPort = reader.Port("Tern:Demo:Port", defaults.DemoPort),
         };
@@ -89,7 +93,7 @@ public sealed record TernSettings
         }
     }
 
-    /// <summary>Settings applied at start only (listeners, engine, drain), as key and value text.</summary>
+    /// <summary>Settings applied at start only (listeners, engine, drain, metrics), as key and value text.</summary>
     internal IEnumerable<(string Key, string Value)> StartOnlySettings()
     {
         foreach (var (key, port) in ListenerPorts())
@@ -99,6 +103,7 @@ public sealed record TernSettings
 
         yield return ("Tern:Demo:Enabled", DemoEnabled ? "true" : "false");
         yield return ("Tern:Tls:Engine", TlsEngine);
+        yield return ("Tern:Metrics:InFlight", MetricsInFlight ? "true" : "false");
         yield return ("Tern:Shutdown:DrainTimeout", DrainTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
         yield return ("Tern:Forwarding:ConnectTimeout", ConnectTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
         if (TlsEngine == TlsEngines.SslStream)

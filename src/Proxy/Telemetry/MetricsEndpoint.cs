@@ -1,6 +1,7 @@
 using Microsoft.AspNetCore.Http;
 using OpenTelemetry;
 using OpenTelemetry.Metrics;
+using Tern.Proxy.Configuration;
 using Tern.Proxy.Tls;
 
 namespace Tern.Proxy.Telemetry;
@@ -21,15 +22,40 @@ internal sealed class MetricsEndpoint : IDisposable
         "System.Runtime",
     ];
 
+    /// <summary>
+    /// Instruments the platform updates on every request to track what is in flight: each update
+    /// is a tag lookup in OpenTelemetry, and together (eight updates and one histogram per
+    /// request) they cost about 14% of the CPU of a small proxied request. Exported only with
+    /// Tern:Metrics:InFlight. The request duration histograms stay: their count is the request
+    /// rate, and the rate of their sum is the mean number of requests in flight.
+    /// </summary>
+    public static readonly string[] InFlightInstruments =
+    [
+        "http.server.active_requests",
+        "http.client.active_requests",
+        "http.client.open_connections",
+        "http.client.request.time_in_queue",
+    ];
+
     private readonly PrometheusTextExporter _exporter = new();
     private readonly BaseExportingMetricReader _reader;
     private readonly MeterProvider _provider;
     private readonly Lock _scrape = new();
 
-    public MetricsEndpoint()
+    public MetricsEndpoint(ActiveConfiguration active)
     {
         _reader = new BaseExportingMetricReader(_exporter);
-        _provider = Sdk.CreateMeterProviderBuilder().AddMeter(Meters).AddReader(_reader).Build();
+        var builder = Sdk.CreateMeterProviderBuilder().AddMeter(Meters).AddReader(_reader);
+        if (!active.Bound.MetricsInFlight)
+        {
+            // A dropped instrument is never enabled, so the platform skips the update itself.
+            foreach (var name in InFlightInstruments)
+            {
+                builder.AddView(name, MetricStreamConfiguration.Drop);
+            }
+        }
+
+        _provider = builder.Build();
     }
 
     public Task WriteAsync(HttpContext context)
