@@ -54,6 +54,32 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         }
     }
 
+    /// <summary>
+    /// HTTP/2 responses that complete together leave in one batch of records, and a connection
+    /// with one stream at a time goes inline: every response arrives whole either way.
+    /// </summary>
+    [Fact]
+    public async Task Http2_SmallResponsesBatchedAndOneAtATime_ArriveWhole()
+    {
+        using var client = _tern.CreateClient(version: HttpVersion.Version20);
+
+        async Task FetchAsync(int length)
+        {
+            using var response = await client.GetAsync(new Uri($"/bytes/{length}", UriKind.Relative));
+            Assert.Equal(HttpVersion.Version20, response.Version);
+            Assert.Equal(TestUpstream.Pattern(length), await response.Content.ReadAsByteArrayAsync());
+        }
+
+        for (var round = 0; round < 3; round++)
+        {
+            await Task.WhenAll(Enumerable.Range(1, 300).Select(FetchAsync));
+            for (var i = 0; i < 20; i++)
+            {
+                await FetchAsync(1000 + i);
+            }
+        }
+    }
+
     [Fact]
     public async Task Http11_PipelinedRequests_AreAnsweredInOrder()
     {

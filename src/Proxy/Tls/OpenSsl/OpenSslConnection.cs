@@ -34,6 +34,8 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     private Task _encrypting = Task.CompletedTask;
     private static readonly TimeSpan s_closeGrace = TimeSpan.FromSeconds(5);
     private int _pending;
+    private bool _batchSends;
+    private int _inlineReads;
 
     /// <param name="server">The contexts to handshake with.</param>
     /// <param name="transport">The socket's pipes.</param>
@@ -108,6 +110,7 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     /// <summary>Starts the two pumps once the handshake is done.</summary>
     public void Start()
     {
+        _batchSends = ApplicationProtocol.Span.SequenceEqual("h2"u8);
         _decrypting = DecryptLoopAsync();
         _encrypting = EncryptLoopAsync();
     }
