@@ -411,5 +411,9 @@ public sealed class ShippedDefaultsTests
         // that HTTP/2 was off on the HTTPS port, which was false: it only sees TLS it set up itself.)
         var warnings = tern.Output.Split('\n').Where(l => l.Contains(" warn: ", StringComparison.Ordinal)).ToList();
         Assert.All(warnings, w => Assert.Contains("serving a self-signed certificate", w, StringComparison.Ordinal));
+
+        // Tern's own line names the listeners; Kestrel's would call the HTTPS port http://, since
+        // the TLS is Tern's and not Kestrel's.
+        Assert.DoesNotContain("Now listening on: http://[::]:8443", tern.Output, StringComparison.Ordinal);
     }
 }
