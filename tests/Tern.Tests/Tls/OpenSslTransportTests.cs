@@ -101,6 +101,53 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         Assert.Equal(0, _meter.Total("tern.tls.handshakes", "tern.tls.handshake.result=failure"));
     }
 
+    /// <summary>
+    /// A client that closes its side of the TCP connection first (as most do, without close_notify)
+    /// gets nothing more after its FIN: Kestrel closes the connection with nothing more to send, and
+    /// on a closed socket a close_notify would only draw a reset.
+    /// </summary>
+    [Theory]
+    [InlineData(SslProtocols.Tls12)]
+    [InlineData(SslProtocols.Tls13)]
+    public async Task ClientClosingFirst_GetsNothingAfterItsFin(SslProtocols protocol)
+    {
+        using var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        await using var tls = new SslStream(new NetworkStream(socket, ownsSocket: false), false, (_, _, _, _) => true);
+        await tls.AuthenticateAsClientAsync(new SslClientAuthenticationOptions
+        {
+            TargetHost = "localhost",
+            ApplicationProtocols = [SslApplicationProtocol.Http11],
+            EnabledSslProtocols = protocol,
+        });
+        await tls.WriteAsync("GET /bytes/100 HTTP/1.1\r\nHost: localhost\r\n\r\n"u8.ToArray());
+        await ReadUntilAsync(tls, text => text.EndsWith(Encoding.Latin1.GetString(TestUpstream.Pattern(100)), StringComparison.Ordinal));
+
+        socket.Shutdown(SocketShutdown.Send);
+        var after = 0;
+        var buffer = new byte[4096];
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(20));
+        int read;
+        while ((read = await socket.ReceiveAsync(buffer, SocketFlags.None, timeout.Token)) > 0)
+        {
+            after += read;
+        }
+
+        Assert.Equal(0, after);
+    }
+
+    /// <summary>When Tern ends the connection (here after `Connection: close`), close_notify tells the client it saw the whole response.</summary>
+    [Theory]
+    [InlineData("-tls1_2", "TLS 1.2")]
+    [InlineData("-tls1_3", "TLS 1.3")]
+    public async Task TernClosing_SendsCloseNotify(string version, string shown)
+    {
+        const string request = "GET /name HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+        var (_, output) = await Tool.RunAsync("openssl", ["s_client", "-connect", $"127.0.0.1:{_tern.Config.HttpsPort}", version, "-msg", "-ign_eof"], input: request);
+
+        Assert.Contains($"<<< {shown}, Alert [length 0002], warning close_notify", output, StringComparison.Ordinal);
+    }
+
     [Fact]
     public async Task Http11_PipelinedRequests_AreAnsweredInOrder()
     {

@@ -26,6 +26,13 @@ internal sealed partial class OpenSslConnection
                 var buffer = read.Buffer;
                 var (consumed, closed) = DecryptAvailable(buffer);
                 _transport.Input.AdvanceTo(buffer.GetPosition(consumed), buffer.End);
+                if (read.IsCompleted)
+                {
+                    // Before the plaintext pipe ends: Kestrel closes the connection when it sees
+                    // the end, and the encrypt pump must know why by then.
+                    Volatile.Write(ref _peerClosed, true);
+                }
+
                 var flush = await _input.Writer.FlushAsync().ConfigureAwait(false);
                 if (read.IsCompleted && !closed)
                 {
@@ -48,6 +55,7 @@ internal sealed partial class OpenSslConnection
             }
             else
             {
+                Volatile.Write(ref _peerClosed, true); // the socket failed: the peer is gone
                 Truncated(); // counted when a reset cut a record short
             }
 

@@ -18,7 +18,10 @@ internal sealed partial class OpenSslConnection
     /// Plaintext Kestrel wrote → records written by OpenSSL straight into the socket pipe's memory:
     /// one record per plaintext block (up to 16 KB), spread over the socket pipe's own pinned 4 KB
     /// blocks. Nothing spills. Also the only writer of the socket pipe: it drains what the decrypt
-    /// side spilled, and sends close_notify.
+    /// side spilled, and sends close_notify when Tern closes the connection. Not when the client's
+    /// FIN came first (most clients close without close_notify): Kestrel then closes with nothing
+    /// more to send, and on a socket the client has closed the record would only draw a reset. It
+    /// cost a send, and a wakeup of the client, per connection; nginx does not send it either.
     /// </summary>
     /// <remarks>
     /// On HTTP/2, Kestrel flushes once per stream's response, and on the event threads each flush
@@ -75,8 +78,12 @@ internal sealed partial class OpenSslConnection
 
                 if (read.IsCompleted)
                 {
-                    SendCloseNotify();
-                    await _transport.Output.FlushAsync().ConfigureAwait(false);
+                    if (!Volatile.Read(ref _peerClosed))
+                    {
+                        SendCloseNotify();
+                        await _transport.Output.FlushAsync().ConfigureAwait(false);
+                    }
+
                     break;
                 }
             }

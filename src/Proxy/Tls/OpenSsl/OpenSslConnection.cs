@@ -37,6 +37,9 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     private bool _batchSends;
     private int _inlineReads;
 
+    // Set by the decrypt pump when the client's side of the TCP connection ended (FIN or reset).
+    private bool _peerClosed;
+
     /// <param name="server">The contexts to handshake with.</param>
     /// <param name="transport">The socket's pipes.</param>
     /// <param name="pool">Memory for the plaintext pipes (Kestrel's).</param>
