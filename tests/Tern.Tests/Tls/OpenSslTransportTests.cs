@@ -111,15 +111,8 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
     [InlineData(SslProtocols.Tls13)]
     public async Task ClientClosingFirst_GetsNothingAfterItsFin(SslProtocols protocol)
     {
-        using var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
-        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
-        await using var tls = new SslStream(new NetworkStream(socket, ownsSocket: false), false, (_, _, _, _) => true);
-        await tls.AuthenticateAsClientAsync(new SslClientAuthenticationOptions
-        {
-            TargetHost = "localhost",
-            ApplicationProtocols = [SslApplicationProtocol.Http11],
-            EnabledSslProtocols = protocol,
-        });
+        var (tls, socket) = await ConnectWithSocketAsync("http/1.1", protocol: protocol);
+        await using var _ = tls;
         await tls.WriteAsync("GET /bytes/100 HTTP/1.1\r\nHost: localhost\r\n\r\n"u8.ToArray());
         await ReadUntilAsync(tls, text => text.EndsWith(Encoding.Latin1.GetString(TestUpstream.Pattern(100)), StringComparison.Ordinal));
 
@@ -333,7 +326,11 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         }
     }
 
-    private async Task<SslStream> ConnectAsync(string alpn, bool trickle = false, bool corruptAfterHandshake = false, SslProtocols protocol = SslProtocols.None)
+    private async Task<SslStream> ConnectAsync(string alpn, bool trickle = false, bool corruptAfterHandshake = false, SslProtocols protocol = SslProtocols.None) =>
+        (await ConnectWithSocketAsync(alpn, trickle, corruptAfterHandshake, protocol)).Tls;
+
+    /// <summary>A TLS client connection, and its socket for what the test does below TLS (the SslStream owns it).</summary>
+    private async Task<(SslStream Tls, Socket Socket)> ConnectWithSocketAsync(string alpn, bool trickle = false, bool corruptAfterHandshake = false, SslProtocols protocol = SslProtocols.None)
     {
         var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
         await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
@@ -348,7 +345,7 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         });
         shaping.Trickle = trickle;
         shaping.Corrupt = corruptAfterHandshake;
-        return tls;
+        return (tls, socket);
     }
 
     private static async Task<string> ReadUntilAsync(Stream stream, Func<string, bool> done)
