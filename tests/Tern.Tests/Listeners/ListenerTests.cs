@@ -1,5 +1,8 @@
 using System.Net;
 using System.Text.Json.Nodes;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.DependencyInjection;
+using Tern.Proxy.Listeners;
 using Tern.Tests.Infrastructure;
 
 namespace Tern.Tests.Listeners;
@@ -130,6 +133,18 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
         // Forwarded to the app like any other path (the test upstream has no such endpoint).
         Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
         Assert.Equal("up", response.Headers.GetValues("X-Upstream").Single());
+    }
+
+    [Fact]
+    public void Transport_TakesSixteenKilobyteBlocks()
+    {
+        // Kestrel's socket transport asks the services for its memory pool; Tern's gives each
+        // socket read a whole TLS record's room (BlockPool).
+        var factory = _tern.Services.GetRequiredService<IMemoryPoolFactory<byte>>();
+        using var pool = factory.Create();
+
+        Assert.Same(BlockPool.Instance, pool);
+        Assert.Equal(16 * 1024, pool.MaxBufferSize);
     }
 
     [Fact]

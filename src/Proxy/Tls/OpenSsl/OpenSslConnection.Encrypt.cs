@@ -16,8 +16,8 @@ internal sealed partial class OpenSslConnection
 
     /// <summary>
     /// Plaintext Kestrel wrote → records written by OpenSSL straight into the socket pipe's memory:
-    /// one record per plaintext block (up to 16 KB), spread over the socket pipe's own pinned 4 KB
-    /// blocks. Nothing spills. Also the only writer of the socket pipe: it drains what the decrypt
+    /// one record per plaintext block (up to 16 KB), written into the socket pipe's own pinned 16 KB
+    /// blocks, across two when it does not fit the rest of one. Nothing spills. Also the only writer of the socket pipe: it drains what the decrypt
     /// side spilled, and sends close_notify when Tern closes the connection. Not when the client's
     /// FIN came first (most clients close without close_notify): Kestrel then closes with nothing
     /// more to send, and on a socket the client has closed the record would only draw a reset. It
@@ -124,7 +124,7 @@ internal sealed partial class OpenSslConnection
         foreach (var segment in buffer)
         {
             // One segment is one record (up to 16 KB), written across as many of the socket pipe's
-            // 4 KB blocks as it takes. The lock is held until the record is out: the native side
+            // blocks as it takes (two at most). The lock is held until the record is out: the native side
             // refuses a decrypt while a record is half written.
             lock (_native)
             {

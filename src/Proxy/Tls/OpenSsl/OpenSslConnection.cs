@@ -6,6 +6,7 @@ using Microsoft.AspNetCore.Connections.Features;
 using System.Net.Security;
 using Microsoft.AspNetCore.Http.Features;
 using Microsoft.AspNetCore.Server.Kestrel.Core.Features;
+using Tern.Proxy.Listeners;
 
 namespace Tern.Proxy.Tls.OpenSsl;
 
@@ -42,10 +43,9 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
 
     /// <param name="server">The contexts to handshake with.</param>
     /// <param name="transport">The socket's pipes.</param>
-    /// <param name="pool">Memory for the plaintext pipes (Kestrel's).</param>
     /// <param name="metrics">The Tern.Tls meter.</param>
     /// <param name="abort">Closes the connection abortively (on TLS errors).</param>
-    public OpenSslConnection(OpenSslServer server, IDuplexPipe transport, MemoryPool<byte> pool, TlsMetrics metrics, Action<Exception> abort)
+    public OpenSslConnection(OpenSslServer server, IDuplexPipe transport, TlsMetrics metrics, Action<Exception> abort)
     {
         _server = server;
         _abort = abort;
@@ -61,12 +61,12 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
         var added = false;
         _handle.DangerousAddRef(ref added);
         _ssl = _handle.DangerousGetHandle();
-        var minimumSegment = pool.MaxBufferSize > 0 ? Math.Min(pool.MaxBufferSize, 4096) : 4096;
-        _input = new Pipe(new PipeOptions(pool, PipeScheduler.Inline, PipeScheduler.Inline, 1024 * 1024, 512 * 1024, minimumSegment, useSynchronizationContext: false));
-        // Kestrel writes responses into 16 KB blocks, so that each becomes one full TLS record: 4 KB
+        // Both plaintext pipes take 16 KB blocks: the decrypt pump has OpenSSL write a whole record
+        // into one, and Kestrel writes responses into them, each becoming one full TLS record (4 KB
         // blocks made four times the records, and OpenSSL's cost per record outweighs its cost per
-        // byte (1 MB responses: 2.9 CPU s/GB instead of 4.4, loadtest 2026-11-22-0631).
-        _output = new Pipe(new PipeOptions(RecordBufferPool.Instance, PipeScheduler.Inline, PipeScheduler.Inline, 64 * 1024, 32 * 1024, RecordBufferPool.BlockSize, useSynchronizationContext: false));
+        // byte: 1 MB responses 2.9 CPU s/GB instead of 4.4, loadtest 2026-11-22-0631).
+        _input = new Pipe(new PipeOptions(BlockPool.Instance, PipeScheduler.Inline, PipeScheduler.Inline, 1024 * 1024, 512 * 1024, BlockPool.BlockSize, useSynchronizationContext: false));
+        _output = new Pipe(new PipeOptions(BlockPool.Instance, PipeScheduler.Inline, PipeScheduler.Inline, 64 * 1024, 32 * 1024, BlockPool.BlockSize, useSynchronizationContext: false));
     }
 
     /// <summary>Plaintext for Kestrel's HTTP parsers.</summary>

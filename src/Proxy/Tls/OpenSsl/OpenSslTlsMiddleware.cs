@@ -1,4 +1,3 @@
-using System.Buffers;
 using System.Diagnostics;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Connections.Features;
@@ -19,8 +18,7 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
     public async Task OnConnectionAsync(ConnectionContext context)
     {
         var snapshot = active.Current;
-        var pool = context.Features.Get<IMemoryPoolFeature>()?.MemoryPool ?? MemoryPool<byte>.Shared;
-        await using var tls = new OpenSslConnection(engine.ServerFor(snapshot), context.Transport, pool, metrics,
+        await using var tls = new OpenSslConnection(engine.ServerFor(snapshot), context.Transport, metrics,
             error => context.Abort(new ConnectionAbortedException($"TLS error: {error.Message}", error)));
         var started = Stopwatch.GetTimestamp();
         string? failure;

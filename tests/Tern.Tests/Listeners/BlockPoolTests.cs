@@ -1,0 +1,71 @@
+using System.Buffers;
+using System.Runtime.InteropServices;
+using Tern.Proxy.Listeners;
+
+namespace Tern.Tests.Listeners;
+
+public sealed class BlockPoolTests : IDisposable
+{
+    private readonly BlockPool _pool = new(Timeout.InfiniteTimeSpan);
+
+    public void Dispose() => _pool.Dispose();
+
+    [Fact]
+    public void Rent_GivesSixteenKilobyteBlocks_AndReusesReturnedOnes()
+    {
+        var first = _pool.Rent();
+        Assert.Equal(16 * 1024, first.Memory.Length);
+        Assert.True(MemoryMarshal.TryGetArray<byte>(first.Memory, out var array));
+        first.Dispose();
+        Assert.Equal(1, _pool.Retained);
+
+        using var second = _pool.Rent(4096);
+        Assert.True(MemoryMarshal.TryGetArray<byte>(second.Memory, out var again));
+        Assert.Same(array.Array, again.Array);
+        Assert.Equal(0, _pool.Retained);
+    }
+
+    [Fact]
+    public void Rent_LargerThanABlock_IsRefused()
+    {
+        // Pipes ask their pool only for what it says it can give (MaxBufferSize) and take larger
+        // sizes from the array pool; anything else asking for more is a bug to surface.
+        Assert.Throws<ArgumentOutOfRangeException>(() => _pool.Rent(BlockPool.BlockSize + 1));
+    }
+
+    [Fact]
+    public void Return_BeyondTheRetentionLimit_LeavesTheBlockToTheCollector()
+    {
+        var blocks = Enumerable.Range(0, BlockPool.MaxRetained + 3).Select(_ => _pool.Rent()).ToList();
+        blocks.ForEach(b => b.Dispose());
+        Assert.Equal(BlockPool.MaxRetained, _pool.Retained);
+    }
+
+    [Fact]
+    public void Trim_ReleasesHalfOfTheFreeBlocksNoRentNeededSinceTheLastTrim()
+    {
+        Return(Rent(10));
+        Assert.Equal(10, _pool.Retained);
+
+        // Nothing is known yet about what the last interval needed: a burst's blocks stay.
+        Assert.Equal(0, _pool.Trim());
+
+        // An interval in which no block was rented: half of them go.
+        Assert.Equal(5, _pool.Trim());
+        Assert.Equal(5, _pool.Retained);
+
+        // Three were needed at once: of the two never touched, one goes.
+        Return(Rent(3));
+        Assert.Equal(1, _pool.Trim());
+        Assert.Equal(4, _pool.Retained);
+
+        // An interval that needed more than the pool held releases nothing.
+        Return(Rent(6));
+        Assert.Equal(0, _pool.Trim());
+        Assert.Equal(6, _pool.Retained);
+    }
+
+    private List<IMemoryOwner<byte>> Rent(int count) => Enumerable.Range(0, count).Select(_ => _pool.Rent()).ToList();
+
+    private static void Return(List<IMemoryOwner<byte>> blocks) => blocks.ForEach(b => b.Dispose());
+}
