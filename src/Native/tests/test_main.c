@@ -146,6 +146,20 @@ static void FreeClient(Client* client)
     SSL_CTX_free(client->context);
 }
 
+// Whether the certificate the server sent this client has the common name expected.
+static int PeerNameIs(Client* client, const char* expected)
+{
+    X509* peer = SSL_get1_peer_certificate(client->ssl);
+    char subject[128] = {0};
+    if (peer != NULL)
+    {
+        X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, subject, sizeof(subject));
+        X509_free(peer);
+    }
+
+    return strcmp(subject, expected) == 0;
+}
+
 // Moves what the client wrote into the server operation, feeding at most
 // chunk bytes per call, and what the server produced back to the client.
 // Returns the last status.
@@ -233,11 +247,7 @@ static void Handshakes_Tls12AndTls13_NegotiateProtocolAlpnAndSni(void)
         CHECK(TernTls_ConnectionCipher(connection, text, sizeof(text)) > 0);
 
         // SNI chose the second certificate.
-        X509* peer = SSL_get1_peer_certificate(client.ssl);
-        char subject[128];
-        X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, subject, sizeof(subject));
-        CHECK(strcmp(subject, "other.test") == 0);
-        X509_free(peer);
+        CHECK(PeerNameIs(&client, "other.test"));
 
         TernTls_ConnectionFree(connection);
         FreeClient(&client);
@@ -255,11 +265,7 @@ static void Handshake_NoSniAndHttp11Only_UsesDefaultCertificateAndHttp11(void)
     CHECK(Handshake(&client, connection, 1 << 20, 16384, NULL));
     char text[64];
     CHECK(TernTls_ConnectionAlpn(connection, text, sizeof(text)) == 8 && strcmp(text, "http/1.1") == 0);
-    X509* peer = SSL_get1_peer_certificate(client.ssl);
-    char subject[128];
-    X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, subject, sizeof(subject));
-    CHECK(strcmp(subject, "default.test") == 0);
-    X509_free(peer);
+    CHECK(PeerNameIs(&client, "default.test"));
     TernTls_ConnectionFree(connection);
     FreeClient(&client);
     TernTls_ServerRelease(server);
