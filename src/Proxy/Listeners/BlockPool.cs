@@ -11,14 +11,14 @@ namespace Tern.Proxy.Listeners;
 /// the OpenSSL engine decrypts a whole record into one block and writes one into at most two, and
 /// Kestrel writes responses into its own pipe's blocks, one record each. With 4 KB blocks a 1 MB
 /// upload cost 517 socket reads (each 4 KB read after a 1-byte peek: Kestrel waits for data before
-/// it takes a block) and 1.4x the CPU (loadtest/README.md, "16 KB transport blocks").
+/// it takes a block) and 1.3-1.4x the CPU (loadtest/README.md, "16 KB blocks under every socket").
 /// </summary>
 /// <remarks>
 /// Free blocks and their owner objects are reused, so renting allocates nothing once the pool
 /// holds as many blocks as are in flight. An idle connection holds none: Kestrel takes a block
 /// only when the socket has data. At most <see cref="MaxRetained"/> free blocks are kept, and every
 /// <see cref="TrimInterval"/> half of those that no rent needed over the interval go back to the
-/// garbage collector, so a burst's memory is returned within a minute or so. (The shared array pool
+/// garbage collector, which frees pinned arrays in its next full collection. (The shared array pool
 /// keeps only a few dozen arrays per size: with many connections streaming it ran dry and every
 /// record allocated.)
 /// </remarks>

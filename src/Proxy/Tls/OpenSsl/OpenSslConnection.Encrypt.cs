@@ -17,11 +17,12 @@ internal sealed partial class OpenSslConnection
     /// <summary>
     /// Plaintext Kestrel wrote → records written by OpenSSL straight into the socket pipe's memory:
     /// one record per plaintext block (up to 16 KB), written into the socket pipe's own pinned 16 KB
-    /// blocks, across two when it does not fit the rest of one. Nothing spills. Also the only writer of the socket pipe: it drains what the decrypt
-    /// side spilled, and sends close_notify when Tern closes the connection. Not when the client's
-    /// FIN came first (most clients close without close_notify): Kestrel then closes with nothing
-    /// more to send, and on a socket the client has closed the record would only draw a reset. It
-    /// cost a send, and a wakeup of the client, per connection; nginx does not send it either.
+    /// blocks, across two when it does not fit the rest of one. Nothing spills. Also the only writer
+    /// of the socket pipe: it drains what the decrypt side spilled, and sends close_notify when Tern
+    /// closes the connection. Not when the client's FIN came first (most clients close without
+    /// close_notify): Kestrel then closes with nothing more to send, and on a socket the client has
+    /// closed the record would only draw a reset. It cost a send, and a wakeup of the client, per
+    /// connection; nginx does not send it either.
     /// </summary>
     /// <remarks>
     /// On HTTP/2, Kestrel flushes once per stream's response, and on the event threads each flush
@@ -124,8 +125,9 @@ internal sealed partial class OpenSslConnection
         foreach (var segment in buffer)
         {
             // One segment is one record (up to 16 KB), written across as many of the socket pipe's
-            // blocks as it takes (two at most). The lock is held until the record is out: the native side
-            // refuses a decrypt while a record is half written.
+            // blocks as it takes (two at most: a window is at least MinimumWindow). The lock is held
+            // until the record is out: the native side refuses a decrypt while a record is half
+            // written.
             lock (_native)
             {
                 var offset = 0;
