@@ -1,4 +1,3 @@
-using System.Buffers;
 using System.IO.Pipelines;
 using System.Security.Authentication;
 using System.Security.Cryptography.X509Certificates;
