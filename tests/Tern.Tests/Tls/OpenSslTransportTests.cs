@@ -82,6 +82,33 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
     }
 
     /// <summary>
+    /// HTTP/1.1 large responses on many connections at once (each encrypted after a hop to the
+    /// thread pool) and small ones one at a time (inline after a hop found nothing to join) all
+    /// arrive whole and in order.
+    /// </summary>
+    [Fact]
+    public async Task Http11_LargeResponsesOnManyConnectionsAndSmallOnes_ArriveWhole()
+    {
+        using var client = _tern.CreateClient(version: HttpVersion.Version11);
+
+        async Task FetchAsync(int length)
+        {
+            using var response = await client.GetAsync(new Uri($"/bytes/{length}", UriKind.Relative));
+            Assert.Equal(HttpVersion.Version11, response.Version);
+            Assert.Equal(TestUpstream.Pattern(length), await response.Content.ReadAsByteArrayAsync());
+        }
+
+        for (var round = 0; round < 3; round++)
+        {
+            await Task.WhenAll(Enumerable.Range(0, 8).Select(i => FetchAsync((3 * 1024 * 1024) + (i * 1000) + round)));
+            for (var i = 0; i < 20; i++)
+            {
+                await FetchAsync(1000 + i);
+            }
+        }
+    }
+
+    /// <summary>
     /// A client that closes right after its Finished (a health check, openssl s_time) has completed
     /// its handshake: the close arriving with the Finished must not turn it into a failure.
     /// </summary>

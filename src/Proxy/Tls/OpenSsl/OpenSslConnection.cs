@@ -34,7 +34,6 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     private Task _encrypting = Task.CompletedTask;
     private static readonly TimeSpan s_closeGrace = TimeSpan.FromSeconds(5);
     private int _pending;
-    private bool _batchSends;
     private int _inlineReads;
 
     // Set by the decrypt pump when the client's side of the TCP connection ended (FIN or reset).
@@ -112,7 +111,6 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     /// <summary>Starts the two pumps once the handshake is done.</summary>
     public void Start()
     {
-        _batchSends = ApplicationProtocol.Span.SequenceEqual("h2"u8);
         _decrypting = DecryptLoopAsync();
         _encrypting = EncryptLoopAsync();
     }
