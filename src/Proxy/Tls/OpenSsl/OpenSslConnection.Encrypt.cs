@@ -32,9 +32,9 @@ internal sealed partial class OpenSslConnection
     /// this one go out in one send (h2load -c8 -m32: 1.07 sends per request instead of 2, with the
     /// upstream's; 0.83x the CPU per request). On HTTP/1.1 the hop lets the socket event thread go
     /// back to the other connections' sockets before a large response is encrypted: 1 MB
-    /// responses over 8 connections took 0.89-0.92x the CPU per response (four paired A/Bs of
-    /// 8-10 rounds; why is not yet explained, loadtest/README.md); 1 KB responses and uploads were
-    /// level. A connection whose hop finds nothing more to send goes inline for the next reads, so
+    /// responses over 8 connections took 0.91x the CPU per response (median of seven paired A/Bs
+    /// of 8-10 rounds, 0.87-1.01; why is not yet explained, loadtest/README.md); 1 KB responses
+    /// and uploads were level. A connection whose hop finds nothing more to send goes inline for the next reads, so
     /// a connection with one small response at a time pays the hop once in nine responses.
     /// </remarks>
     private async Task EncryptLoopAsync()
