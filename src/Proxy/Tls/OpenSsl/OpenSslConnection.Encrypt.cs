@@ -34,8 +34,9 @@ internal sealed partial class OpenSslConnection
     /// back to the other connections' sockets before a large response is encrypted: 1 MB
     /// responses over 8 connections took 0.91x the CPU per response (median of seven paired A/Bs
     /// of 8-10 rounds, 0.87-1.01; why is not yet explained, loadtest/README.md); 1 KB responses
-    /// and uploads were level. A connection whose hop finds nothing more to send goes inline for the next reads, so
-    /// a connection with one small response at a time pays the hop once in nine responses.
+    /// and uploads were level. A connection whose hop finds nothing more to send goes inline for
+    /// the next reads, so a connection with one small response at a time pays the hop once in nine
+    /// responses.
     /// </remarks>
     private async Task EncryptLoopAsync()
     {
