@@ -1,6 +1,7 @@
 // Tests of libtern_tls against a real OpenSSL client, run by CTest under
 // AddressSanitizer, LeakSanitizer and UndefinedBehaviorSanitizer in CI.
 #include "tern_tls.h"
+#include "test_pki.h"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -28,59 +29,6 @@ static int failures;
             failures++;                                                                \
         }                                                                              \
     } while (0)
-
-typedef struct Pem
-{
-    char* certificate;
-    int certificateLength;
-    char* key;
-    int keyLength;
-} Pem;
-
-static char* BioText(BIO* bio, int* length)
-{
-    char* data = NULL;
-    long size = BIO_get_mem_data(bio, &data);
-    char* copy = malloc((size_t)size + 1);
-    memcpy(copy, data, (size_t)size);
-    copy[size] = '\0';
-    *length = (int)size;
-    return copy;
-}
-
-static Pem MakeCertificate(const char* host)
-{
-    EVP_PKEY* key = EVP_EC_gen("P-256");
-    X509* certificate = X509_new();
-    X509_set_version(certificate, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(certificate), 1);
-    X509_gmtime_adj(X509_getm_notBefore(certificate), -60);
-    X509_gmtime_adj(X509_getm_notAfter(certificate), 3600);
-    X509_set_pubkey(certificate, key);
-    X509_NAME* name = X509_get_subject_name(certificate);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char*)host, -1, -1, 0);
-    X509_set_issuer_name(certificate, name);
-    X509_sign(certificate, key, EVP_sha256());
-
-    BIO* certificateBio = BIO_new(BIO_s_mem());
-    BIO* keyBio = BIO_new(BIO_s_mem());
-    PEM_write_bio_X509(certificateBio, certificate);
-    PEM_write_bio_PrivateKey(keyBio, key, NULL, NULL, 0, NULL, NULL);
-    Pem pem;
-    pem.certificate = BioText(certificateBio, &pem.certificateLength);
-    pem.key = BioText(keyBio, &pem.keyLength);
-    BIO_free(certificateBio);
-    BIO_free(keyBio);
-    X509_free(certificate);
-    EVP_PKEY_free(key);
-    return pem;
-}
-
-static void FreePem(Pem* pem)
-{
-    free(pem->certificate);
-    free(pem->key);
-}
 
 static Pem s_default;
 static Pem s_other;
