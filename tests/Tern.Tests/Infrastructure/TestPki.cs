@@ -65,6 +65,30 @@ public static class TestPki
         return (leaf, chainPath, intermediate.RawData);
     }
 
+    /// <summary>
+    /// A server certificate for chained.test issued by an intermediate of a root CA, written as
+    /// operators get it from their CA: the certificate file holds the leaf, then the intermediate
+    /// (a "fullchain.pem"); the root is in no file.
+    /// </summary>
+    public static (PemPair Pair, string IntermediateThumbprint) ChainedServer => s_chainedServer.Value;
+
+    private static readonly Lazy<(PemPair, string)> s_chainedServer = new(() =>
+    {
+        using var root = CreateAuthority("Tern Test Server Root CA");
+        using var intermediate = CreateAuthority("Tern Test Server Intermediate CA", root);
+        using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
+        var request = new CertificateRequest("CN=chained.test", key, HashAlgorithmName.SHA256);
+        var san = new SubjectAlternativeNameBuilder();
+        san.AddDnsName("chained.test");
+        request.CertificateExtensions.Add(san.Build());
+        using var leaf = request.Create(intermediate, DateTimeOffset.UtcNow.AddHours(-1), DateTimeOffset.UtcNow.AddDays(7), RandomNumberGenerator.GetBytes(8));
+        var certificatePath = Path.Combine(s_folder.Value, "chained-fullchain.crt");
+        var keyPath = Path.Combine(s_folder.Value, "chained.key");
+        File.WriteAllText(certificatePath, leaf.ExportCertificatePem() + "\n" + intermediate.ExportCertificatePem() + "\n");
+        File.WriteAllText(keyPath, key.ExportPkcs8PrivateKeyPem());
+        return (new PemPair(certificatePath, keyPath, leaf.Thumbprint), intermediate.Thumbprint);
+    });
+
     private static X509Certificate2 CreateAuthority(string name, X509Certificate2? issuer = null)
     {
         using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);

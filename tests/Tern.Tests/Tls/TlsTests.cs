@@ -16,7 +16,8 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
             ("default", TestPki.Localhost, []),
             ("a", TestPki.ATest, ["a.test"]),
             ("b", TestPki.BTest, ["B.Test"]),
-            ("wild", TestPki.WildTest, ["*.wild.test"]));
+            ("wild", TestPki.WildTest, ["*.wild.test"]),
+            ("chained", TestPki.ChainedServer.Pair, ["chained.test"]));
         _tern = await TernInstance.StartAsync(config);
     }
 
@@ -53,6 +54,15 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
 
         var received = X509Certificate2.CreateFromPem(output.AsSpan(output.IndexOf("-----BEGIN CERTIFICATE-----", StringComparison.Ordinal)));
         Assert.Equal(Pki(expected).Thumbprint, received.Thumbprint);
+    }
+
+    [Fact]
+    public async Task ServerChain_IntermediatesInTheFileAreSent_ALoneLeafGoesAlone()
+    {
+        var (chained, intermediate) = TestPki.ChainedServer;
+
+        Assert.Equal([chained.Thumbprint, intermediate], await SentChainAsync("chained.test"));
+        Assert.Equal([TestPki.ATest.Thumbprint], await SentChainAsync("a.test"));
     }
 
     [Theory]
@@ -125,6 +135,23 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
             await client.GetStringAsync(new Uri("/name", UriKind.Relative));
             Assert.Equal(first, seen!.Thumbprint);
         }
+    }
+
+    /// <summary>The thumbprints of the certificates the server sent for this name, in order (openssl s_client -showcerts).</summary>
+    private async Task<string[]> SentChainAsync(string host)
+    {
+        var (exit, output) = await Tool.RunAsync("openssl", ["s_client", "-connect", $"127.0.0.1:{_tern.Config.HttpsPort}", "-servername", host, "-showcerts"], input: "Q\n");
+        Assert.Equal(0, exit);
+
+        var sent = new List<string>();
+        for (var at = output.IndexOf("-----BEGIN CERTIFICATE-----", StringComparison.Ordinal); at >= 0;
+             at = output.IndexOf("-----BEGIN CERTIFICATE-----", at + 1, StringComparison.Ordinal))
+        {
+            using var certificate = X509Certificate2.CreateFromPem(output.AsSpan(at, output.IndexOf("-----END CERTIFICATE-----", at, StringComparison.Ordinal) + 25 - at));
+            sent.Add(certificate.Thumbprint);
+        }
+
+        return [.. sent];
     }
 
     private static PemPair Pki(string name) => name switch
