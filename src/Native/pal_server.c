@@ -177,7 +177,11 @@ static SSL_CTX* CreateContext(TernTlsServer* server)
     }
 
     SSL_CTX_set_options(context, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
-    SSL_CTX_set_mode(context, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    // No automatic chain: the certificate file's own intermediates are the chain sent. Without this
+    // flag, a leaf with no intermediates makes OpenSSL build a chain from the context's store (which
+    // holds nothing) on every full handshake: an X509_verify_cert per handshake that adds nothing.
+    SSL_CTX_set_mode(context, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS |
+                                  SSL_MODE_NO_AUTO_CHAIN);
     // Read-ahead stays off: the caller must know exactly how much ciphertext was taken.
     SSL_CTX_set_read_ahead(context, 0);
     // Resumption is by ticket only (keys replicas can share); a server-side cache would grow with
