@@ -77,11 +77,7 @@ public static class TestPki
         using var root = CreateAuthority("Tern Test Server Root CA");
         using var intermediate = CreateAuthority("Tern Test Server Intermediate CA", root);
         using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
-        var request = new CertificateRequest("CN=chained.test", key, HashAlgorithmName.SHA256);
-        var san = new SubjectAlternativeNameBuilder();
-        san.AddDnsName("chained.test");
-        request.CertificateExtensions.Add(san.Build());
-        using var leaf = request.Create(intermediate, DateTimeOffset.UtcNow.AddHours(-1), DateTimeOffset.UtcNow.AddDays(7), RandomNumberGenerator.GetBytes(8));
+        using var leaf = ServerRequest(["chained.test"], key).Create(intermediate, DateTimeOffset.UtcNow.AddHours(-1), DateTimeOffset.UtcNow.AddDays(7), RandomNumberGenerator.GetBytes(8));
         var certificatePath = Path.Combine(s_folder.Value, "chained-fullchain.crt");
         var keyPath = Path.Combine(s_folder.Value, "chained.key");
         File.WriteAllText(certificatePath, leaf.ExportCertificatePem() + "\n" + intermediate.ExportCertificatePem() + "\n");
@@ -133,6 +129,19 @@ public static class TestPki
     {
         folder ??= s_folder.Value;
         using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
+        using var certificate = ServerRequest(dnsNames, key).CreateSelfSigned(DateTimeOffset.UtcNow.AddDays(-1), DateTimeOffset.UtcNow.AddDays(30));
+        var certificatePath = Path.Combine(folder, $"{name}.crt");
+        var keyPath = Path.Combine(folder, $"{name}.key");
+        File.WriteAllText(keyPath + ".tmp", key.ExportPkcs8PrivateKeyPem());
+        File.WriteAllText(certificatePath + ".tmp", certificate.ExportCertificatePem());
+        File.Move(keyPath + ".tmp", keyPath, overwrite: true);
+        File.Move(certificatePath + ".tmp", certificatePath, overwrite: true);
+        return new PemPair(certificatePath, keyPath, certificate.Thumbprint);
+    }
+
+    /// <summary>A server certificate's request: CN the first name, and every name plus 127.0.0.1 as subject alternative names.</summary>
+    private static CertificateRequest ServerRequest(string[] dnsNames, ECDsa key)
+    {
         var request = new CertificateRequest($"CN={dnsNames[0]}", key, HashAlgorithmName.SHA256);
         var san = new SubjectAlternativeNameBuilder();
         foreach (var dns in dnsNames)
@@ -142,14 +151,7 @@ public static class TestPki
 
         san.AddIpAddress(IPAddress.Loopback);
         request.CertificateExtensions.Add(san.Build());
-        using var certificate = request.CreateSelfSigned(DateTimeOffset.UtcNow.AddDays(-1), DateTimeOffset.UtcNow.AddDays(30));
-        var certificatePath = Path.Combine(folder, $"{name}.crt");
-        var keyPath = Path.Combine(folder, $"{name}.key");
-        File.WriteAllText(keyPath + ".tmp", key.ExportPkcs8PrivateKeyPem());
-        File.WriteAllText(certificatePath + ".tmp", certificate.ExportCertificatePem());
-        File.Move(keyPath + ".tmp", keyPath, overwrite: true);
-        File.Move(certificatePath + ".tmp", certificatePath, overwrite: true);
-        return new PemPair(certificatePath, keyPath, certificate.Thumbprint);
+        return request;
     }
 }
 
