@@ -1,4 +1,5 @@
 using System.Buffers;
+using Tern.Proxy.Listeners;
 
 namespace Tern.Proxy.Tls.OpenSsl;
 
@@ -30,13 +31,17 @@ internal sealed partial class OpenSslConnection
     /// the event threads each flush would become its own send: on loopback about 6 µs of kernel
     /// time each, most of it waking the reader. After the hop, the responses that completed with
     /// this one go out in one send (h2load -c8 -m32: 1.07 sends per request instead of 2, with the
-    /// upstream's; 0.83x the CPU per request). On HTTP/1.1 the hop lets the socket event thread go
-    /// back to the other connections' sockets before a large response is encrypted: 1 MB
-    /// responses over 8 connections took 0.91x the CPU per response (median of seven paired A/Bs
-    /// of 8-10 rounds, 0.87-1.01; why is not yet explained, loadtest/README.md); 1 KB responses
-    /// and uploads were level. A connection whose hop finds nothing more to send goes inline for
-    /// the next reads, so a connection with one small response at a time pays the hop once in nine
-    /// responses.
+    /// upstream's; 0.83x the CPU per request). An HTTP/1.1 connection carries one response at a
+    /// time, so there the loop hops only when a full record (16 KB) or more waits: the hop lets the
+    /// socket event thread go back to the other connections' sockets before a large response is
+    /// encrypted (1 MB responses over 8 connections took 0.91x the CPU per response, median of
+    /// seven paired A/Bs of 8-10 rounds, 0.87-1.01; why is not yet explained, loadtest/README.md),
+    /// while a small response has nothing to wait for. Hopping on those too cost a thread-pool
+    /// wakeup each time: HTTP/1.1 1 KB took 0.10-0.19 context switches and 0.12-0.33 sched_yield
+    /// calls per request, against 0.006-0.010 and 0.002-0.008 now, as over plain HTTP (perf stat,
+    /// three 5 s slices each); CPU per request was level (paired A/B, 40 rounds, median 0.999), and
+    /// 1 MB responses too (20 rounds, 0.992). A connection whose hop finds nothing more to send goes
+    /// inline for its next eight reads.
     /// </remarks>
     private async Task EncryptLoopAsync()
     {
@@ -51,7 +56,7 @@ internal sealed partial class OpenSslConnection
                     {
                         _inlineReads--;
                     }
-                    else
+                    else if (_multiplexed || read.Buffer.Length >= BlockPool.BlockSize)
                     {
                         // Let the thread finish what it is doing (the other streams' responses
                         // that completed with this one), then take everything they wrote.

@@ -36,6 +36,9 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     private int _pending;
     private int _inlineReads;
 
+    // HTTP/2: many responses share the connection, so the encrypt pump's hop has others to batch.
+    private bool _multiplexed;
+
     // Set by the decrypt pump when the client's side of the TCP connection ended (FIN or reset).
     private bool _peerClosed;
 
@@ -151,6 +154,7 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
 #pragma warning restore CA5397
         CipherName = Interop.Cipher(_handle);
         ApplicationProtocol = Interop.Alpn(_handle);
+        _multiplexed = ApplicationProtocol.Span.SequenceEqual("h2"u8);
         HostName = Interop.ServerName(_handle);
         Resumed = Interop.ConnectionResumed(_handle) == 1;
         var peer = Interop.PeerCertificate(_handle);
