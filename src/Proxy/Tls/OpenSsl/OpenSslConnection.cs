@@ -33,6 +33,15 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     private Task _decrypting = Task.CompletedTask;
     private Task _encrypting = Task.CompletedTask;
     private static readonly TimeSpan s_closeGrace = TimeSpan.FromSeconds(5);
+
+    // Both plaintext pipes take 16 KB blocks: the decrypt pump has OpenSSL write a whole record into
+    // one, and Kestrel writes responses into them, each becoming one full TLS record (4 KB blocks
+    // made four times the records, and OpenSSL's cost per record outweighs its cost per byte: 1 MB
+    // responses 2.9 CPU s/GB instead of 4.4, loadtest 2026-11-22-0631). One set of options serves
+    // every connection (PipeOptions is immutable).
+    private static readonly PipeOptions s_inputOptions = new(BlockPool.Instance, PipeScheduler.Inline, PipeScheduler.Inline, 1024 * 1024, 512 * 1024, BlockPool.BlockSize, useSynchronizationContext: false);
+    private static readonly PipeOptions s_outputOptions = new(BlockPool.Instance, PipeScheduler.Inline, PipeScheduler.Inline, 64 * 1024, 32 * 1024, BlockPool.BlockSize, useSynchronizationContext: false);
+
     private int _pending;
     private int _inlineReads;
 
@@ -62,12 +71,8 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
         var added = false;
         _handle.DangerousAddRef(ref added);
         _ssl = _handle.DangerousGetHandle();
-        // Both plaintext pipes take 16 KB blocks: the decrypt pump has OpenSSL write a whole record
-        // into one, and Kestrel writes responses into them, each becoming one full TLS record (4 KB
-        // blocks made four times the records, and OpenSSL's cost per record outweighs its cost per
-        // byte: 1 MB responses 2.9 CPU s/GB instead of 4.4, loadtest 2026-11-22-0631).
-        _input = new Pipe(new PipeOptions(BlockPool.Instance, PipeScheduler.Inline, PipeScheduler.Inline, 1024 * 1024, 512 * 1024, BlockPool.BlockSize, useSynchronizationContext: false));
-        _output = new Pipe(new PipeOptions(BlockPool.Instance, PipeScheduler.Inline, PipeScheduler.Inline, 64 * 1024, 32 * 1024, BlockPool.BlockSize, useSynchronizationContext: false));
+        _input = new Pipe(s_inputOptions);
+        _output = new Pipe(s_outputOptions);
     }
 
     /// <summary>Plaintext for Kestrel's HTTP parsers.</summary>
