@@ -26,14 +26,24 @@ public sealed class TlsMeterReader : IDisposable
         _listener.SetMeasurementEventCallback<long>((instrument, value, tags, _) =>
         {
             var key = instrument.Name + string.Concat(tags.ToArray().OrderBy(t => t.Key, StringComparer.Ordinal).Select(t => $"|{t.Key}={t.Value}"));
-            _totals.AddOrUpdate(key, value, (_, total) => total + value);
+            if (instrument.IsObservable)
+            {
+                _totals[key] = value; // an observable counter reports its running total
+            }
+            else
+            {
+                _totals.AddOrUpdate(key, value, (_, total) => total + value);
+            }
         });
         _listener.Start();
     }
 
     /// <summary>Sum of an instrument's measurements whose tags include every given key=value.</summary>
-    public long Total(string instrument, params string[] tags) =>
-        _totals.Where(p => p.Key.Split('|')[0] == instrument && tags.All(t => p.Key.Contains($"|{t}", StringComparison.Ordinal))).Sum(p => p.Value);
+    public long Total(string instrument, params string[] tags)
+    {
+        _listener.RecordObservableInstruments();
+        return _totals.Where(p => p.Key.Split('|')[0] == instrument && tags.All(t => p.Key.Contains($"|{t}", StringComparison.Ordinal))).Sum(p => p.Value);
+    }
 
     public void Dispose() => _listener.Dispose();
 }

@@ -99,7 +99,7 @@ internal sealed partial class OpenSslConnection
         finally
         {
             // Once per read, not per record (see EncryptAll).
-            _metrics.Bytes("decrypt", TlsMetrics.Paths.Direct, produced);
+            _metrics.Direct(TlsMetrics.Direction.Decrypt, produced);
         }
     }
 

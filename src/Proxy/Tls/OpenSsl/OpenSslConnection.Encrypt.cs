@@ -116,8 +116,7 @@ internal sealed partial class OpenSslConnection
 
     private void EncryptAll(ReadOnlySequence<byte> buffer)
     {
-        // Counted once per batch, not per record: a tagged counter update costs about as much as
-        // the native call that encrypts a small record.
+        // Counted once per batch, not per record: every connection adds to the same totals.
         long direct = 0;
         try
         {
@@ -125,7 +124,7 @@ internal sealed partial class OpenSslConnection
         }
         finally
         {
-            _metrics.Bytes("encrypt", TlsMetrics.Paths.Direct, direct);
+            _metrics.Direct(TlsMetrics.Direction.Encrypt, direct);
         }
     }
 

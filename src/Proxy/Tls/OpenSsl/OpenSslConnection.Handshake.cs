@@ -138,13 +138,12 @@ internal sealed partial class OpenSslConnection
             // Encrypt spills payload; the others only control records (handshake, alerts, close_notify).
             var direction = operation switch
             {
-                Operation.Encrypt => "encrypt",
-                Operation.Decrypt => "decrypt",
-                Operation.Shutdown => "shutdown",
-                _ => "handshake",
+                Operation.Encrypt => TlsMetrics.Direction.Encrypt,
+                Operation.Decrypt => TlsMetrics.Direction.Decrypt,
+                Operation.Shutdown => TlsMetrics.Direction.Shutdown,
+                _ => TlsMetrics.Direction.Handshake,
             };
-            _metrics.SpillEvent(direction);
-            _metrics.Bytes(direction, TlsMetrics.Paths.Spill, result.Spilled);
+            _metrics.Spilled(direction, result.Spilled);
         }
 
         return new Call(result);
