@@ -84,7 +84,13 @@ public sealed class TlsMetrics : IDisposable
     }
 
     /// <summary>Bytes written by OpenSSL straight into pipe memory.</summary>
-    public void Direct(Direction direction, long count) => Interlocked.Add(ref _byteTotals[(int)direction * 2], count);
+    public void Direct(Direction direction, long count)
+    {
+        if (count > 0)
+        {
+            Interlocked.Add(ref _byteTotals[(int)direction * 2], count);
+        }
+    }
 
     /// <summary>One native call whose output did not fit its window: count bytes went through the spill buffer.</summary>
     public void Spilled(Direction direction, long count)
