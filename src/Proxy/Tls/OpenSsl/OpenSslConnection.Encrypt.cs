@@ -26,27 +26,20 @@ internal sealed partial class OpenSslConnection
     /// connection; nginx does not send it either.
     /// </summary>
     /// <remarks>
-    /// Before it encrypts, the loop hops to the thread pool, which lets the thread that flushed
-    /// finish what it is doing first. On HTTP/2, Kestrel flushes once per stream's response, and on
-    /// the event threads each flush would become its own send: on loopback about 6 µs of kernel
-    /// time each, most of it waking the reader. After the hop, the responses that completed with
-    /// this one go out in one send (h2load -c8 -m32: 1.07 sends per request instead of 2, with the
-    /// upstream's; 0.83x the CPU per request). An HTTP/1.1 connection carries one response at a
-    /// time, so there the loop hops only when a full record (16 KB) or more waits: the hop lets the
-    /// socket event thread go back to the other connections' sockets before a large response is
-    /// encrypted (1 MB responses over 8 connections took 0.91x the CPU per response, median of
-    /// seven paired A/Bs of 8-10 rounds, 0.87-1.01; why is not yet explained, loadtest/README.md),
-    /// while a small response has nothing to wait for. Hopping on those too cost a thread-pool
-    /// wakeup each time: HTTP/1.1 1 KB took 0.10-0.19 context switches and 0.12-0.33 sched_yield
-    /// calls per request, against 0.006-0.010 and 0.002-0.008 now, as over plain HTTP (perf stat,
-    /// three 5 s slices each); CPU per request was level (paired A/B, 40 rounds, median 0.999), and
-    /// 1 MB responses too (20 rounds, 0.992). A connection whose hop finds nothing more to send goes
-    /// inline for its next eight reads. On HTTP/1.1 that count is the best of five measured: against
-    /// eight, 1 MB responses took 1.09x the CPU per response when every read of 16 KB or more hopped,
-    /// 1.07x when none did (60 rounds), 1.02x (level) after four inline reads and 1.05x after
-    /// sixteen (paired A/Bs, 20 rounds unless said). Without hops the process never sleeps and is
-    /// woken a third as often, yet spends more time in the kernel's softirq and interrupts-off
-    /// paths; why is not known (loadtest/README.md).
+    /// Before it encrypts, the loop may hop to the thread pool, letting the thread that flushed
+    /// finish what it is doing first:
+    /// <list type="bullet">
+    /// <item>HTTP/2: on every read. The responses that completed with this one then go out in one
+    /// send instead of one each (h2load -c8 -m32: 1.07 sends per request instead of 2, counting the
+    /// upstream's; 0.83x the CPU per request).</item>
+    /// <item>HTTP/1.1: only when a full record (16 KB) or more waits. A small response has nothing
+    /// to wait for, and hopping cost it a thread-pool wakeup; a large one took 0.91x the CPU per
+    /// 1 MB response with the hop (why is not known).</item>
+    /// <item>A connection whose hop finds nothing more to send goes inline for its next eight
+    /// reads. On HTTP/1.1 1 MB responses eight was the best of five rules measured: 0, 4, 8 and 16
+    /// inline reads, and never hopping.</item>
+    /// </list>
+    /// The paired A/Bs behind each figure are in loadtest/README.md.
     /// </remarks>
     private async Task EncryptLoopAsync()
     {
