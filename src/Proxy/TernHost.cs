@@ -319,6 +319,9 @@ public static class TernHost
             TernLog.ThreadPoolIo(logger, SocketEventThreads.Variable, Environment.GetEnvironmentVariable(SocketEventThreads.Variable) ?? "");
         }
 
+        var (spinLimit, spinSource) = ThreadPoolSpin.Effective();
+        TernLog.ThreadPoolSpinLimit(logger, spinLimit, spinSource);
+
         var lifetime = app.Services.GetRequiredService<IHostApplicationLifetime>();
         lifetime.ApplicationStarted.Register(() => TernLog.Listening(logger, settings.HttpsPort, settings.HttpPort, settings.RedirectHttpsPort, settings.ManagementPort));
         lifetime.ApplicationStopping.Register(() => TernLog.Draining(logger, settings.DrainTimeout));

@@ -61,4 +61,7 @@ internal static partial class TernLog
 
     [LoggerMessage(404, LogLevel.Information, "Connections are handed to the thread pool ({Variable}={Value}); unset it for Tern's default, the socket event threads, which take less CPU per request")]
     public static partial void ThreadPoolIo(ILogger logger, string variable, string value);
+
+    [LoggerMessage(405, LogLevel.Information, "Idle thread-pool workers spin at most {Limit} times before they sleep ({Source})")]
+    public static partial void ThreadPoolSpinLimit(ILogger logger, int limit, string source);
 }

@@ -290,6 +290,25 @@ public abstract class ProcessTests(string engine)
     }
 
     [Fact]
+    public async Task ThreadPoolSpin_ZeroByDefault_TheOperatorsHexadecimalValueWins()
+    {
+        // The shipped runtimeconfig sets the limit (Tern.Proxy.csproj); the runtime reads the
+        // environment variable first, as hexadecimal, so 46 is its own default of 70.
+        var environment = FreePorts();
+        await using (var tern = TernProcess.Start(environment))
+        {
+            await tern.WaitForOutputAsync("Idle thread-pool workers spin at most 0 times before they sleep (Tern's default; DOTNET_ThreadPool_UnfairSemaphoreSpinLimit, in hexadecimal, overrides it)");
+        }
+
+        environment = FreePorts();
+        environment["DOTNET_ThreadPool_UnfairSemaphoreSpinLimit"] = "46";
+        await using (var tern = TernProcess.Start(environment))
+        {
+            await tern.WaitForOutputAsync("Idle thread-pool workers spin at most 70 times before they sleep (DOTNET_ThreadPool_UnfairSemaphoreSpinLimit=46, read as hexadecimal)");
+        }
+    }
+
+    [Fact]
     public async Task SocketEventThreads_OnByDefault_OffWhenTheOperatorSetsZero()
     {
         // Tern's default: the runtime's socket event threads serve the connections, one per core.
