@@ -1,17 +1,18 @@
 using System.Globalization;
+using System.Runtime.InteropServices;
 
 namespace Tern.Proxy.Listeners;
 
 /// <summary>
 /// How long an idle thread-pool worker spins for new work before it sleeps. Tern.Proxy.csproj sets
-/// the runtime's limit (System.Threading.ThreadPool.UnfairSemaphoreSpinLimit) in the shipped
-/// runtimeconfig; the runtime's own default is 70. Tern's thread-pool work is queued by the socket
-/// event threads (a new connection, a closed one), so a spinning worker mostly waits for work that
-/// cannot arrive while it holds the CPU: on a process with one CPU, two idle workers yield the CPU
-/// to each other about 70 times per work item (loadtest/README.md, "the thread pool's spinning").
-/// The runtime reads the limit once, when the thread pool starts, from the environment first
-/// (DOTNET_ThreadPool_UnfairSemaphoreSpinLimit, a hexadecimal number) and then from the
-/// runtimeconfig; this class only reports which is in force.
+/// the runtime's limit (System.Threading.ThreadPool.UnfairSemaphoreSpinLimit) to 0 in the shipped
+/// runtimeconfig; the runtime's own default is 70 (280 on Arm). Tern's thread-pool work is queued
+/// by the socket event threads (a new connection, a closed one), so a spinning worker mostly waits
+/// for work that cannot come while it holds the CPU: on a process with one CPU, two idle workers
+/// yielded the CPU to each other about 70 times per work item (loadtest/README.md, 2026-11-24
+/// 19:20 UTC). The runtime reads the limit once, when the thread pool starts, from the environment
+/// first (DOTNET_ThreadPool_UnfairSemaphoreSpinLimit, else COMPlus_..., a hexadecimal number) and
+/// then from the runtimeconfig; this class only reports which is in force.
 /// </summary>
 internal static class ThreadPoolSpin
 {
@@ -21,19 +22,23 @@ internal static class ThreadPoolSpin
     /// <summary>The runtimeconfig property Tern.Proxy.csproj sets.</summary>
     public const string Property = "System.Threading.ThreadPool.UnfairSemaphoreSpinLimit";
 
-    /// <summary>The limit the runtime uses when neither is set (.NET 8 to 10).</summary>
-    public const int RuntimeDefault = 70;
+    /// <summary>The older name of the variable, which the runtime reads when the new one is not set.</summary>
+    public const string LegacyVariable = "COMPlus_ThreadPool_UnfairSemaphoreSpinLimit";
+
+    /// <summary>The limit the runtime uses when neither is set (.NET 8 to 10): 70, four times that on Arm.</summary>
+    public static int RuntimeDefault => RuntimeInformation.ProcessArchitecture is Architecture.Arm64 or Architecture.Arm or Architecture.LoongArch64 ? 280 : 70;
 
     /// <summary>The limit in force and where it comes from, read the way the runtime reads it.</summary>
     public static (int Limit, string Source) Effective()
     {
-        var text = Environment.GetEnvironmentVariable(Variable);
+        var name = Environment.GetEnvironmentVariable(Variable) is null ? LegacyVariable : Variable;
+        var text = Environment.GetEnvironmentVariable(name);
         if (text is not null)
         {
             var digits = text.StartsWith("0x", StringComparison.Ordinal) ? text[2..] : text;
             if (uint.TryParse(digits, NumberStyles.HexNumber, CultureInfo.InvariantCulture, out var fromEnvironment) && fromEnvironment <= int.MaxValue)
             {
-                return ((int)fromEnvironment, $"{Variable}={text}, read as hexadecimal");
+                return ((int)fromEnvironment, $"{name}={text}, read as hexadecimal");
             }
         }
 
