@@ -42,13 +42,9 @@ internal static class ThreadPoolSpin
             }
         }
 
-        const string Shipped = "Tern's default; " + Variable + ", in hexadecimal, overrides it";
-        return AppContext.GetData(Property) switch
-        {
-            string s when int.TryParse(s, NumberStyles.Integer, CultureInfo.InvariantCulture, out var fromConfig) && fromConfig >= 0 => (fromConfig, Shipped),
-            uint u when u <= int.MaxValue => ((int)u, Shipped),
-            int i when i >= 0 => (i, Shipped),
-            _ => (RuntimeDefault, "the runtime's default"),
-        };
+        // A runtimeconfig property reaches AppContext as a string.
+        return AppContext.GetData(Property) is string s && int.TryParse(s, NumberStyles.Integer, CultureInfo.InvariantCulture, out var fromConfig) && fromConfig >= 0
+            ? (fromConfig, "Tern's default; " + Variable + ", in hexadecimal, overrides it")
+            : (RuntimeDefault, "the runtime's default");
     }
 }
