@@ -4,15 +4,11 @@ using System.Runtime.InteropServices;
 namespace Tern.Proxy.Listeners;
 
 /// <summary>
-/// How long an idle thread-pool worker spins for new work before it sleeps. Tern.Proxy.csproj sets
-/// the runtime's limit (System.Threading.ThreadPool.UnfairSemaphoreSpinLimit) to 0 in the shipped
-/// runtimeconfig; the runtime's own default is 70 (280 on Arm). Tern's thread-pool work is queued
-/// by the socket event threads (a new connection, a closed one), so a spinning worker mostly waits
-/// for work that cannot come while it holds the CPU: on a process with one CPU, two idle workers
-/// yielded the CPU to each other about 70 times per work item (loadtest/README.md, 2026-11-24
-/// 19:20 UTC). The runtime reads the limit once, when the thread pool starts, from the environment
-/// first (DOTNET_ThreadPool_UnfairSemaphoreSpinLimit, else COMPlus_..., a hexadecimal number) and
-/// then from the runtimeconfig; this class only reports which is in force.
+/// Reports how long an idle thread-pool worker spins for new work before it sleeps. Tern ships the
+/// limit at 0; Tern.Proxy.csproj says why. The runtime reads the limit once, when the thread pool
+/// starts, from the environment first (DOTNET_ThreadPool_UnfairSemaphoreSpinLimit, else
+/// COMPlus_..., a hexadecimal number) and then from the runtimeconfig; this class only reports
+/// which is in force.
 /// </summary>
 internal static class ThreadPoolSpin
 {
