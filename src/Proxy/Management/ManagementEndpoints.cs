@@ -20,17 +20,28 @@ internal static class ManagementEndpoints
         switch (context.Request.Path.Value)
         {
             case "/healthz":
-                return response.WriteAsync("ok\n");
+                return Text(response, "ok\n");
             case "/metrics":
                 return context.RequestServices.GetRequiredService<Telemetry.MetricsEndpoint>().WriteAsync(context);
             case "/readyz":
                 var problem = Unready(context.RequestServices);
                 response.StatusCode = problem is null ? StatusCodes.Status200OK : StatusCodes.Status503ServiceUnavailable;
-                return response.WriteAsync(problem is null ? "ready\n" : $"not ready: {problem}\n");
+                return Text(response, problem is null ? "ready\n" : $"not ready: {problem}\n");
             default:
                 response.StatusCode = StatusCodes.Status404NotFound;
-                return response.WriteAsync("not found: the management port serves /healthz, /readyz and /metrics\n");
+                return Text(response, "not found: the management port serves /healthz, /readyz and /metrics\n");
         }
+    }
+
+    /// <summary>
+    /// A short answer with its length: Kestrel sends headers and body in one write, where an
+    /// answer of unknown length is chunked and its last chunk goes out in a second write.
+    /// </summary>
+    private static Task Text(HttpResponse response, string text)
+    {
+        var body = System.Text.Encoding.UTF8.GetBytes(text);
+        response.ContentLength = body.Length;
+        return response.Body.WriteAsync(body).AsTask();
     }
 
     /// <summary>Why the proxy is not ready, or null when it is.</summary>

@@ -117,6 +117,9 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
 
         Assert.Equal(status, response.StatusCode);
         Assert.Equal(body, await response.Content.ReadAsStringAsync());
+        // Sent with its length, not chunked: one write for a probe's answer.
+        Assert.Equal(body.Length, response.Content.Headers.ContentLength);
+        Assert.NotEqual(true, response.Headers.TransferEncodingChunked);
     }
 
     [Theory]
