@@ -39,9 +39,8 @@ internal static class ManagementEndpoints
     /// </summary>
     private static Task Text(HttpResponse response, string text)
     {
-        var body = System.Text.Encoding.UTF8.GetBytes(text);
-        response.ContentLength = body.Length;
-        return response.Body.WriteAsync(body).AsTask();
+        response.ContentLength = System.Text.Encoding.UTF8.GetByteCount(text);
+        return response.WriteAsync(text);
     }
 
     /// <summary>Why the proxy is not ready, or null when it is.</summary>
