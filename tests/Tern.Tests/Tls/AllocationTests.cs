@@ -10,10 +10,11 @@ public sealed class RunsAlone;
 /// <summary>
 /// The OpenSSL engine allocates nothing per TLS record in steady state. Measured on the whole
 /// process (proxy, test client and upstream share it), so two checks: the runtime's allocation
-/// samples over 256 MB of records name no type of Tern's, and the bytes allocated per extra 16 KB
-/// record, on one connection and on 64 at once, stay under a bound that catches an allocation the
-/// size of a record (what is left, about 450 B, is Kestrel's flush state machines, the socket's
-/// I/O vectors and HttpClient's reads; the SslStream engine's figure is about 550 B).
+/// samples over 256 MB of records name no type of the engine's or of its block pool, and the bytes
+/// allocated per extra 16 KB record, on one connection and on 64 at once, stay under a bound that
+/// catches an allocation the size of a record (what is left, about 450 B, is Kestrel's flush state
+/// machines, the socket's I/O vectors and HttpClient's reads; the SslStream engine's figure is
+/// about 550 B).
 /// </summary>
 [Collection(nameof(RunsAlone))]
 public sealed class AllocationTests(ITestOutputHelper output) : IAsyncLifetime
@@ -79,9 +80,40 @@ public sealed class AllocationTests(ITestOutputHelper output) : IAsyncLifetime
         var perRecord = (double)(longOne - shortOne) / records;
         output.WriteLine($"allocated: 1 MB download {shortOne} B, 17 MB download {longOne} B: {perRecord:F1} B per extra 16 KB record, whole process");
         output.WriteLine("allocation samples over 256 MB: " + string.Join("; ", samples.Types.OrderByDescending(p => p.Value).Select(p => $"{p.Value} {p.Key}")));
-        Assert.DoesNotContain(samples.Types.Keys, type => type.Contains("Tern.", StringComparison.Ordinal));
+        // The engine's code and its buffers, not Tern's per-request middleware: the samples fall on
+        // whatever allocation crosses each 100 KB, so now and then on one of the four requests'
+        // state machines (ProxyErrorResponses'), which says nothing about records.
+        Assert.DoesNotContain(samples.ResolvedTypes.Keys, IsEngines);
         Assert.True(perRecord < 1024, $"{perRecord:F1} bytes allocated per 16 KB record (1 MB: {shortOne} B, 17 MB: {longOne} B)");
         Assert.True(concurrentPerRecord < 1024, $"{concurrentPerRecord:F1} bytes allocated per 16 KB record with 64 downloads at once");
+    }
+
+    /// <summary>
+    /// Whether an allocated type is the TLS engine's or the block pool's, or is built on one of
+    /// theirs (an array of it, a state machine box of one of its async methods). Resolved from the
+    /// type itself: the sample's type name leaves out the namespace of nested types, which is what
+    /// closures and compiler-made types are.
+    /// </summary>
+    private static bool IsEngines(Type type)
+    {
+        if (type.HasElementType)
+        {
+            return IsEngines(type.GetElementType()!);
+        }
+
+        if (type.IsConstructedGenericType && type.GetGenericArguments().Any(IsEngines))
+        {
+            return true;
+        }
+
+        var outermost = type;
+        while (outermost.DeclaringType is { } declaring)
+        {
+            outermost = declaring;
+        }
+
+        return outermost.Assembly == typeof(Proxy.Listeners.BlockPool).Assembly &&
+               (outermost == typeof(Proxy.Listeners.BlockPool) || outermost.Namespace?.StartsWith("Tern.Proxy.Tls", StringComparison.Ordinal) == true);
     }
 
     private static async Task<long> AllocatedDuringAsync(Func<Task> action)
@@ -111,6 +143,9 @@ internal sealed class AllocationSamples : System.Diagnostics.Tracing.EventListen
 {
     public System.Collections.Concurrent.ConcurrentDictionary<string, int> Types { get; } = new();
 
+    /// <summary>The sampled types themselves, from the events' type handles.</summary>
+    public System.Collections.Concurrent.ConcurrentDictionary<Type, byte> ResolvedTypes { get; } = new();
+
     protected override void OnEventSourceCreated(System.Diagnostics.Tracing.EventSource eventSource)
     {
         if (eventSource.Name == "Microsoft-Windows-DotNETRuntime")
@@ -125,6 +160,16 @@ internal sealed class AllocationSamples : System.Diagnostics.Tracing.EventListen
         {
             var index = eventData.PayloadNames!.IndexOf("TypeName");
             Types.AddOrUpdate(payload[index]?.ToString() ?? "?", 1, (_, c) => c + 1);
+            var handle = payload[eventData.PayloadNames.IndexOf("TypeID")] switch
+            {
+                nint n => n,
+                ulong u => (nint)u,
+                _ => 0,
+            };
+            if (handle != 0 && Type.GetTypeFromHandle(RuntimeTypeHandle.FromIntPtr(handle)) is { } type)
+            {
+                ResolvedTypes.TryAdd(type, 0);
+            }
         }
     }
 }
