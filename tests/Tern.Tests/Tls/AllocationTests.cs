@@ -85,17 +85,17 @@ public sealed class AllocationTests(ITestOutputHelper output) : IAsyncLifetime
         // The engine's types, not Tern's per-request middleware: the samples fall on whatever
         // allocation crosses each 100 KB, so now and then on one of the four requests' state
         // machines (ProxyErrorResponses'), which says nothing about records.
-        Assert.NotEmpty(samples.ResolvedTypes); // else the check below would pass on nothing
-        Assert.DoesNotContain(samples.ResolvedTypes.Keys, IsEngines);
+        Assert.NotEmpty(samples.Types); // else the check below would pass on nothing
+        Assert.DoesNotContain(samples.Types.Keys, IsEngines);
         Assert.True(perRecord < 1024, $"{perRecord:F1} bytes allocated per 16 KB record (1 MB: {shortOne} B, 17 MB: {longOne} B)");
         Assert.True(concurrentPerRecord < 1024, $"{concurrentPerRecord:F1} bytes allocated per 16 KB record with 64 downloads at once");
     }
 
     /// <summary>
     /// Whether an allocated type is the TLS engine's, or is built on one of its types (an array of
-    /// one, a state machine box of one of its async methods). Resolved from the
-    /// type itself: the sample's type name leaves out the namespace of nested types, which is what
-    /// closures and compiler-made types are.
+    /// one, a state machine box of one of its async methods). Judged on the type itself, not on the
+    /// sample's type name, which leaves out the namespace of nested types: closures and
+    /// compiler-made types.
     /// </summary>
     private static bool IsEngines(Type type)
     {
@@ -144,10 +144,8 @@ public sealed class AllocationTests(ITestOutputHelper output) : IAsyncLifetime
 
 internal sealed class AllocationSamples : System.Diagnostics.Tracing.EventListener
 {
-    public System.Collections.Concurrent.ConcurrentDictionary<string, int> Types { get; } = new();
-
-    /// <summary>The sampled types themselves, from the events' type handles.</summary>
-    public System.Collections.Concurrent.ConcurrentDictionary<Type, byte> ResolvedTypes { get; } = new();
+    /// <summary>How many samples fell on each type, resolved from the events' type handles.</summary>
+    public System.Collections.Concurrent.ConcurrentDictionary<Type, int> Types { get; } = new();
 
     protected override void OnEventSourceCreated(System.Diagnostics.Tracing.EventSource eventSource)
     {
@@ -161,9 +159,7 @@ internal sealed class AllocationSamples : System.Diagnostics.Tracing.EventListen
     {
         if (eventData.EventName?.StartsWith("GCAllocationTick", StringComparison.Ordinal) == true && eventData.Payload is { } payload)
         {
-            var index = eventData.PayloadNames!.IndexOf("TypeName");
-            Types.AddOrUpdate(payload[index]?.ToString() ?? "?", 1, (_, c) => c + 1);
-            var handle = payload[eventData.PayloadNames.IndexOf("TypeID")] switch
+            var handle = payload[eventData.PayloadNames!.IndexOf("TypeID")] switch
             {
                 nint n => n,
                 ulong u => (nint)u,
@@ -171,7 +167,7 @@ internal sealed class AllocationSamples : System.Diagnostics.Tracing.EventListen
             };
             if (handle != 0 && Type.GetTypeFromHandle(RuntimeTypeHandle.FromIntPtr(handle)) is { } type)
             {
-                ResolvedTypes.TryAdd(type, 0);
+                Types.AddOrUpdate(type, 1, (_, c) => c + 1);
             }
         }
     }
