@@ -4,8 +4,8 @@ using Microsoft.Extensions.Configuration.Json;
 namespace Tern.Proxy.Configuration;
 
 /// <summary>
-/// A JSON settings file that remembers why its last load failed instead of throwing on the file
-/// watcher's thread. On reload a broken file loads as empty, so without this a half-saved file
+/// A JSON settings file that remembers why its last load failed instead of throwing on the
+/// poll's thread. On reload a broken file loads as empty, so without this a half-saved file
 /// would silently drop its routes; the reloader sees the error and keeps the last good
 /// configuration instead.
 /// </summary>
@@ -19,12 +19,9 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
         Label = label;
         FullPath = System.IO.Path.GetFullPath(path);
         Path = System.IO.Path.GetFileName(FullPath);
-        var folder = System.IO.Path.GetDirectoryName(FullPath)!;
 
         // A missing folder is reported as a problem of this file (see Error), never thrown.
-        FileProvider = Directory.Exists(folder)
-            ? new Microsoft.Extensions.FileProviders.PhysicalFileProvider(folder)
-            : new Microsoft.Extensions.FileProviders.NullFileProvider();
+        FileProvider = new PolledFolder(System.IO.Path.GetDirectoryName(FullPath)!);
         Optional = optional;
         ReloadOnChange = true;
         OnLoadException = context => context.Ignore = true;
@@ -58,7 +55,7 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
             base.Dispose(disposing);
             if (disposing)
             {
-                // The file provider (and its inotify watcher) belongs to this file alone.
+                // The file provider (and its poll) belongs to this file alone.
                 (File.FileProvider as IDisposable)?.Dispose();
             }
         }

@@ -57,7 +57,17 @@ internal sealed class ConfigurationReloader(
         }
     }
 
-    private void Schedule() => _timer?.Change(s_settle, Timeout.InfiniteTimeSpan);
+    private void Schedule()
+    {
+        try
+        {
+            _timer?.Change(s_settle, Timeout.InfiniteTimeSpan);
+        }
+        catch (ObjectDisposedException)
+        {
+            // A change seen while Tern stops: nothing to reload.
+        }
+    }
 
     /// <summary>
     /// Watches the certificate files of the configuration in force (called under the lock). The

@@ -1,4 +1,3 @@
-using Microsoft.Extensions.FileProviders;
 using Microsoft.Extensions.Primitives;
 using Tern.Proxy.Configuration;
 
@@ -10,35 +9,13 @@ namespace Tern.Proxy.Tls;
 /// </summary>
 internal sealed class CertificateFileWatch : IDisposable
 {
-    private readonly List<PhysicalFileProvider> _providers = [];
+    private readonly FilePoll _poll;
 
-    public CertificateFileWatch(TernSettings settings)
-    {
-        var tokens = new List<IChangeToken>();
-        var files = settings.Certificates.SelectMany(c => new[] { c.CertificatePath, c.KeyPath })
-            .Append(settings.SessionTicketKeysPath).Append(settings.TrustedClientCaPath).OfType<string>().Select(Path.GetFullPath);
-        foreach (var folder in files.GroupBy(f => Path.GetDirectoryName(f)!))
-        {
-            if (!Directory.Exists(folder.Key))
-            {
-                continue;
-            }
+    public CertificateFileWatch(TernSettings settings) =>
+        _poll = new FilePoll(settings.Certificates.SelectMany(c => new[] { c.CertificatePath, c.KeyPath })
+            .Append(settings.SessionTicketKeysPath).Append(settings.TrustedClientCaPath).OfType<string>().Select(Path.GetFullPath).Distinct());
 
-            var provider = new PhysicalFileProvider(folder.Key);
-            _providers.Add(provider);
-            tokens.AddRange(folder.Select(f => provider.Watch(Path.GetFileName(f))));
-        }
+    public IChangeToken Token => _poll.Token;
 
-        Token = new CompositeChangeToken(tokens);
-    }
-
-    public IChangeToken Token { get; }
-
-    public void Dispose()
-    {
-        foreach (var provider in _providers)
-        {
-            provider.Dispose();
-        }
-    }
+    public void Dispose() => _poll.Dispose();
 }

@@ -169,6 +169,111 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         Assert.Equal(renewed.Thumbprint, await EventuallyServedAsync(tern, renewed.Thumbprint));
     }
 
+    [Fact]
+    public async Task Reload_KubernetesSecretSwapped_NewHandshakesGetRenewedCertificate()
+    {
+        // A secret as the kubelet mounts it: tls.crt -> ..data/tls.crt and ..data -> a timestamped
+        // folder. An update writes a new folder and renames a new ..data link over the old one,
+        // so the files Tern names are never written to.
+        var mount = Directory.CreateTempSubdirectory("tern-secret-").FullName;
+        var first = TestPki.Create("tls", ["localhost"], Directory.CreateDirectory(Path.Combine(mount, "..2026_11_25_01")).FullName);
+        Directory.CreateSymbolicLink(Path.Combine(mount, "..data"), "..2026_11_25_01");
+        File.CreateSymbolicLink(Path.Combine(mount, "tls.crt"), "..data/tls.crt");
+        File.CreateSymbolicLink(Path.Combine(mount, "tls.key"), "..data/tls.key");
+        var mounted = new PemPair(Path.Combine(mount, "tls.crt"), Path.Combine(mount, "tls.key"), first.Thumbprint);
+        var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", mounted, []));
+        await using var tern = await TernInstance.StartAsync(config);
+        Assert.Equal(first.Thumbprint, await EventuallyServedAsync(tern, first.Thumbprint));
+
+        var second = TestPki.Create("tls", ["localhost"], Directory.CreateDirectory(Path.Combine(mount, "..2026_11_25_02")).FullName);
+        await SwapLinkAsync(mount, "..data", "..2026_11_25_02");
+        Directory.Delete(Path.Combine(mount, "..2026_11_25_01"), recursive: true);
+
+        Assert.Equal(second.Thumbprint, await EventuallyServedAsync(tern, second.Thumbprint));
+    }
+
+    [Fact]
+    public async Task Reload_SettingsFileReplacedByConfigMapLinks_IsAppliedAtEachSwap()
+    {
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+        var folder = Path.Combine(tern.Folder, "config");
+
+        // The plain file is replaced by a rename, with a link into a config map's ..data folder.
+        Directory.CreateDirectory(Path.Combine(folder, "..v1"));
+        await File.WriteAllTextAsync(Path.Combine(folder, "..v1", "appsettings.json"), config.Route("b", "second", "/b/{**rest}", PrefixRemoved("/b")).Cluster("second", [_second]).ToJson());
+        Directory.CreateSymbolicLink(Path.Combine(folder, "..data"), "..v1");
+        File.CreateSymbolicLink(Path.Combine(folder, "appsettings.json.new"), "..data/appsettings.json");
+        File.Move(Path.Combine(folder, "appsettings.json.new"), Path.Combine(folder, "appsettings.json"), overwrite: true);
+        Assert.Equal("second", await EventuallyAsync(client, "/b/name", "second"));
+
+        // Then the config map changes: only the ..data link is swapped.
+        Directory.CreateDirectory(Path.Combine(folder, "..v2"));
+        await File.WriteAllTextAsync(Path.Combine(folder, "..v2", "appsettings.json"), config.Route("c", "first", "/c/{**rest}", PrefixRemoved("/c")).ToJson());
+        await SwapLinkAsync(folder, "..data", "..v2");
+        Assert.Equal("first", await EventuallyAsync(client, "/c/name", "first"));
+    }
+
+    [Fact]
+    public async Task Watching_SettingsAndCertificateFolders_HoldsNoInotifyWatchOnThem()
+    {
+        // Files are polled: an inotify watch on these folders would wake Tern at every write to any
+        // file in them (a log beside the settings, say).
+        var certificates = Directory.CreateTempSubdirectory("tern-quiet-").FullName;
+        var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", TestPki.Create("site", ["localhost"], certificates), []));
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+        Assert.Equal("first", await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
+
+        var folders = new[] { Path.Combine(tern.Folder, "config"), certificates };
+        var inodes = new List<long>();
+        foreach (var folder in folders)
+        {
+            var (exit, output) = await Tool.RunAsync("stat", ["-c", "%i", folder]);
+            Assert.Equal(0, exit);
+            inodes.Add(long.Parse(output.Trim(), System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        Assert.DoesNotContain(WatchedInodes(), inodes.Contains);
+    }
+
+    /// <summary>The inodes every inotify instance of this process watches (/proc/self/fdinfo).</summary>
+    private static List<long> WatchedInodes()
+    {
+        var watched = new List<long>();
+        foreach (var fd in Directory.GetFiles("/proc/self/fd"))
+        {
+            try
+            {
+                if (new FileInfo(fd).LinkTarget != "anon_inode:inotify")
+                {
+                    continue;
+                }
+
+                foreach (var line in File.ReadLines($"/proc/self/fdinfo/{Path.GetFileName(fd)}").Where(l => l.StartsWith("inotify wd:", StringComparison.Ordinal)))
+                {
+                    var ino = line.Split(' ').First(f => f.StartsWith("ino:", StringComparison.Ordinal))[4..];
+                    watched.Add(long.Parse(ino, System.Globalization.NumberStyles.HexNumber, System.Globalization.CultureInfo.InvariantCulture));
+                }
+            }
+            catch (IOException)
+            {
+                // Closed meanwhile.
+            }
+        }
+
+        return watched;
+    }
+
+    /// <summary>Points link at target in one step, as the kubelet does: a new link renamed over the old one.</summary>
+    private static async Task SwapLinkAsync(string folder, string link, string target)
+    {
+        Directory.CreateSymbolicLink(Path.Combine(folder, link + "_tmp"), target);
+        var (exit, output) = await Tool.RunAsync("mv", ["-T", Path.Combine(folder, link + "_tmp"), Path.Combine(folder, link)]);
+        Assert.True(exit == 0, output);
+    }
+
     private static async Task<string?> EventuallyServedAsync(TernInstance tern, string thumbprint)
     {
         string? seen = null;
