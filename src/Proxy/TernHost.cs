@@ -136,6 +136,7 @@ public static class TernHost
             }
 
             errors.WriteLine($"Tern did not start: {problems.Count} configuration problem(s). Settings are documented in README.md.");
+            ((IDisposable)builder.Configuration).Dispose(); // and with it the polls of its files
             return null;
         }
 
@@ -213,7 +214,7 @@ public static class TernHost
             }
         });
 
-        WebApplication app;
+        WebApplication? app = null;
         try
         {
             app = builder.Build();
@@ -221,6 +222,8 @@ public static class TernHost
         }
         catch (InvalidOperationException ex)
         {
+            ((IDisposable?)app)?.Dispose();
+            ((IDisposable)builder.Configuration).Dispose();
             // YARP's own validation of the ReverseProxy section (match patterns, policies, ...).
             for (Exception? e = ex; e is not null; e = e.InnerException)
             {

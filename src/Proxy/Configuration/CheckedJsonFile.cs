@@ -46,7 +46,7 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
         private string? _parseError;
 
         /// <summary>Why the file's content is not in force, or null when it is.</summary>
-        public string? Error => System.IO.File.Exists(File.FullPath) ? _parseError
+        public string? Error => PolledFolder.Exists(new FileInfo(File.FullPath)) ? _parseError
             : File.Optional ? null
             : Directory.Exists(System.IO.Path.GetDirectoryName(File.FullPath)) ? "the file does not exist" : "the folder does not exist";
 

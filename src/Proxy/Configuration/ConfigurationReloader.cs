@@ -71,12 +71,14 @@ internal sealed class ConfigurationReloader(
 
     /// <summary>
     /// Watches the certificate files of the configuration in force (called under the lock). The
-    /// new watch is armed before the old one goes, so that no change falls between the two.
+    /// new watch is armed before the old one goes, so that no change falls between the two. With
+    /// keepView, it starts from the old watch's view of the files they share, not from what they
+    /// hold now, so that a change made since the old watch was armed is still seen.
     /// </summary>
-    private void WatchCertificates()
+    private void WatchCertificates(bool keepView = false)
     {
         var previous = _certificates;
-        _certificates = new CertificateFileWatch(active.Current.Settings);
+        _certificates = new CertificateFileWatch(active.Current.Settings, keepView ? previous : null);
         _certificates.Token.RegisterChangeCallback(_ => Schedule(), null);
         previous?.Dispose();
     }
@@ -95,8 +97,10 @@ internal sealed class ConfigurationReloader(
             }
             finally
             {
-                // Again on the files now in force: the reload may have changed their paths.
-                WatchCertificates();
+                // Again on the files now in force, as the reload may have changed their paths,
+                // keeping the view from before the read: a file the polls share that changed after
+                // it (say during YARP's verdict) still schedules a reload.
+                WatchCertificates(keepView: true);
             }
         }
     }

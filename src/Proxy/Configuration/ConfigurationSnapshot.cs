@@ -1,4 +1,5 @@
 using Microsoft.Extensions.Configuration;
+using Microsoft.Extensions.Logging;
 using Tern.Proxy.Tls;
 
 namespace Tern.Proxy.Configuration;
@@ -30,6 +31,7 @@ public sealed record ConfigurationSnapshot(
         reader.Problems.AddRange(CheckedJsonFile.Problems(configuration));
         var settings = TernSettings.Read(reader);
         ReverseProxyValidator.Validate(configuration, reader.Problems);
+        CheckLogLevels(configuration, reader.Problems);
 
         var selfSigned = settings.Certificates.Count == 0;
         var certificates = LoadCertificates(settings, selfSigned, reader.Problems);
@@ -50,6 +52,24 @@ public sealed record ConfigurationSnapshot(
             SessionTicketKeys = ticketKeys,
             ClientCertificates = clientCertificates,
         };
+    }
+
+    /// <summary>
+    /// Logging:LogLevel:* and Logging:{provider}:LogLevel:*, parsed as .NET's logger filter parses
+    /// them: a value it cannot parse throws inside the logging system, at start (where it used to
+    /// be reported as a ReverseProxy problem) and on every reload.
+    /// </summary>
+    private static void CheckLogLevels(IConfiguration configuration, List<ConfigurationProblem> problems)
+    {
+        var logging = configuration.GetSection("Logging");
+        var levels = logging.GetChildren().Select(c => c.Key.Equals("LogLevel", StringComparison.OrdinalIgnoreCase) ? c : c.GetSection("LogLevel"));
+        foreach (var level in levels.SelectMany(s => s.GetChildren()))
+        {
+            if (!string.IsNullOrEmpty(level.Value) && !Enum.TryParse<LogLevel>(level.Value, ignoreCase: true, out _))
+            {
+                problems.Add(new(level.Path, $"'{level.Value}' is not a log level; use Trace, Debug, Information, Warning, Error, Critical or None"));
+            }
+        }
     }
 
     private static byte[] LoadTicketKeys(string? path, List<ConfigurationProblem> problems)

@@ -16,27 +16,37 @@ namespace Tern.Proxy.Configuration;
 /// it matches events by file name, so a Kubernetes update, which renames a new ..data link over the
 /// old one, went unseen (dotnet/runtime#36091; the Helm chart had to turn on .NET's own 4 s mtime
 /// polling); it watches the file's whole folder and its subfolders, so every write to any file
-/// there, a log beside the settings say, woke Tern and cost it about 2 µs (loadtest/README.md,
-/// 2026-11-25); and every watched folder took one of the user's inotify instances (128 by default,
-/// shared by every process of that user on the node). Polling costs nothing per write, sees every
-/// kind of change on any filesystem, and sees it within a second.
+/// there, a log beside the settings say, woke Tern and cost it 2-3 µs (loadtest/README.md,
+/// 2026-11-25); and every file provider took one of the user's inotify instances (128 by default,
+/// shared by every process of that user on the node; Tern held 4). Polling costs nothing per
+/// write, sees every kind of change on any filesystem, and sees it within a second.
 /// </remarks>
 internal sealed class FilePoll : IDisposable
 {
     public static readonly TimeSpan Interval = TimeSpan.FromSeconds(1);
 
-    // One thread polls for the whole process, and only while there is something to poll: a thread
-    // that sleeps wakes once a second, where a timer per poll woke the thread pool several times
-    // for each tick (idle Tern: 54 context switches a second instead of 6, twice the idle CPU).
+    // One thread polls for the whole process, and only while there is something to poll. A
+    // PeriodicTimer per poll woke the thread pool at every tick: an idle Tern switched context
+    // 54 times a second and used 3.0 ms of CPU a second; with this thread, 7-9 and 1.9-2.1 (with
+    // inotify, 6-8 and 1.6-1.8).
     private static readonly List<FilePoll> s_active = [];
     private static bool s_polling;
 
-    private readonly (string Path, byte[]? Seen)[] _files;
+    // A fingerprint: a file's SHA-256 (32 bytes), or one of these.
+    private static readonly byte[] s_missing = [0];
+    private static readonly byte[] s_unreadable = [];
+
+    private readonly (string Path, byte[] Seen)[] _files;
     private readonly CancellationTokenSource _changed = new();
 
-    public FilePoll(IEnumerable<string> paths)
+    /// <param name="paths">The files.</param>
+    /// <param name="since">
+    /// An earlier poll whose recorded content to start from for the files the two share, so that a
+    /// change made between that poll's start and this one's is not lost.
+    /// </param>
+    public FilePoll(IEnumerable<string> paths, FilePoll? since = null)
     {
-        _files = paths.Select(p => (Path: p, Seen: Fingerprint(p))).ToArray();
+        _files = paths.Select(p => (Path: p, Seen: since?.SeenFor(p) ?? Fingerprint(p))).ToArray();
         Token = new CancellationChangeToken(_changed.Token);
         if (_files.Length == 0)
         {
@@ -49,13 +59,26 @@ internal sealed class FilePoll : IDisposable
             if (!s_polling)
             {
                 s_polling = true;
-                new Thread(Run) { IsBackground = true, Name = "Tern file poll" }.Start();
+                new Thread(Run) { IsBackground = true, Name = "Tern file poll" }.UnsafeStart();
             }
         }
     }
 
     /// <summary>Fires once, on the thread pool, on the first change seen.</summary>
     public IChangeToken Token { get; }
+
+    private byte[]? SeenFor(string path)
+    {
+        foreach (var (p, seen) in _files)
+        {
+            if (p == path)
+            {
+                return seen;
+            }
+        }
+
+        return null;
+    }
 
     public void Dispose()
     {
@@ -92,19 +115,37 @@ internal sealed class FilePoll : IDisposable
                     }
                 }
 
-                ThreadPool.UnsafeQueueUserWorkItem(static p => p._changed.Cancel(), poll, preferLocal: false);
+                ThreadPool.UnsafeQueueUserWorkItem(static p => p.Fire(), poll, preferLocal: false);
             }
         }
     }
 
-    private static bool SameContent(byte[]? a, byte[]? b) => a is null ? b is null : b is not null && a.AsSpan().SequenceEqual(b);
+    /// <summary>
+    /// Tells the listeners. Every listener runs even if one throws; an exception must not end the
+    /// process from the thread pool. The configuration system's listeners can throw: .NET's
+    /// logger filter on a log level it cannot parse, which ConfigurationSnapshot reports as a
+    /// problem of the reload.
+    /// </summary>
+    private void Fire()
+    {
+        try
+        {
+            _changed.Cancel();
+        }
+        catch (AggregateException)
+        {
+            // Reported, where it matters, by the reload that the change starts.
+        }
+    }
 
-    /// <summary>The file's SHA-256, empty when it cannot be read, null when it does not exist.</summary>
-    private static byte[]? Fingerprint(string path)
+    private static bool SameContent(byte[] a, byte[] b) => a.AsSpan().SequenceEqual(b);
+
+    /// <summary>The file's SHA-256, or s_missing, or s_unreadable.</summary>
+    private static byte[] Fingerprint(string path)
     {
         if (!File.Exists(path))
         {
-            return null;
+            return s_missing;
         }
 
         try
@@ -112,13 +153,13 @@ internal sealed class FilePoll : IDisposable
             using var stream = new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.ReadWrite | FileShare.Delete, bufferSize: 0);
             return SHA256.HashData(stream);
         }
-        catch (FileNotFoundException)
+        catch (Exception ex) when (ex is FileNotFoundException or DirectoryNotFoundException)
         {
-            return null;
+            return s_missing; // a dangling link
         }
         catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
         {
-            return [];
+            return s_unreadable;
         }
     }
 }
@@ -133,8 +174,25 @@ internal sealed class PolledFolder(string folder) : IFileProvider, IDisposable
 
     public IFileInfo GetFileInfo(string subpath)
     {
-        var path = Path.Combine(folder, subpath);
-        return File.Exists(path) ? new PhysicalFileInfo(new FileInfo(path)) : new NotFoundFileInfo(subpath);
+        var file = new FileInfo(Path.Combine(folder, subpath));
+        return Exists(file) ? new PhysicalFileInfo(file) : new NotFoundFileInfo(subpath);
+    }
+
+    /// <summary>
+    /// Whether file is a file or a link that leads to one. .NET counts a dangling link (a
+    /// Kubernetes swap caught half-way) as an existing file, which the configuration system would
+    /// then fail to open.
+    /// </summary>
+    public static bool Exists(FileInfo file)
+    {
+        try
+        {
+            return file.Exists && (file.LinkTarget is null || file.ResolveLinkTarget(returnFinalTarget: true)?.Exists == true);
+        }
+        catch (IOException)
+        {
+            return false; // a loop of links
+        }
     }
 
     public IDirectoryContents GetDirectoryContents(string subpath) => NotFoundDirectoryContents.Singleton;

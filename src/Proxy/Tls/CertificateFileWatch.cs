@@ -11,9 +11,11 @@ internal sealed class CertificateFileWatch : IDisposable
 {
     private readonly FilePoll _poll;
 
-    public CertificateFileWatch(TernSettings settings) =>
+    /// <param name="settings">The settings whose files to watch.</param>
+    /// <param name="since">A watch armed earlier whose view of the files to start from (see FilePoll).</param>
+    public CertificateFileWatch(TernSettings settings, CertificateFileWatch? since = null) =>
         _poll = new FilePoll(settings.Certificates.SelectMany(c => new[] { c.CertificatePath, c.KeyPath })
-            .Append(settings.SessionTicketKeysPath).Append(settings.TrustedClientCaPath).OfType<string>().Select(Path.GetFullPath).Distinct());
+            .Append(settings.SessionTicketKeysPath).Append(settings.TrustedClientCaPath).OfType<string>().Select(Path.GetFullPath).Distinct(), since?._poll);
 
     public IChangeToken Token => _poll.Token;
 

@@ -216,6 +216,41 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Reload_LogLevelNetCannotParse_IsRejectedNamingTheKeyAndTernServesOn()
+    {
+        // .NET's logger filter throws on the change itself; that must neither end the process nor
+        // go unreported.
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        var json = System.Text.Json.Nodes.JsonNode.Parse(config.Route("b", "second", "/b/{**rest}", PrefixRemoved("/b")).Cluster("second", [_second]).ToJson())!;
+        json["Logging"] = new System.Text.Json.Nodes.JsonObject { ["LogLevel"] = new System.Text.Json.Nodes.JsonObject { ["Default"] = "Verbose" } };
+        await tern.RewriteConfigAsync(json.ToJsonString());
+
+        await tern.Logs.WaitForAsync("Configuration reload: Logging:LogLevel:Default: 'Verbose' is not a log level");
+        await tern.Logs.WaitForAsync("Configuration reload rejected (1 problem(s))");
+        Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
+        Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);
+    }
+
+    [Fact]
+    public async Task Reload_SettingsFileBecomesDanglingLink_IsRejectedAndTernServesOn()
+    {
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+        var folder = Path.Combine(tern.Folder, "config");
+
+        File.CreateSymbolicLink(Path.Combine(folder, "appsettings.json.new"), "..gone/appsettings.json");
+        File.Move(Path.Combine(folder, "appsettings.json.new"), Path.Combine(folder, "appsettings.json"), overwrite: true);
+
+        await tern.Logs.WaitForAsync("Configuration reload: config/appsettings.json: the file does not exist");
+        await tern.Logs.WaitForAsync("Configuration reload rejected");
+        Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
+    }
+
+    [Fact]
     public async Task Watching_SettingsAndCertificateFolders_HoldsNoInotifyWatchOnThem()
     {
         // Files are polled: an inotify watch on these folders would wake Tern at every write to any

@@ -54,13 +54,15 @@ public abstract class ProcessTests(string engine)
         var environment = FreePorts();
         environment["Tern__Http__Port"] = "0";
         environment["ReverseProxy__Routes__default__ClusterId"] = "nope";
+        environment["Logging__Console__LogLevel__Default"] = "Verbose";
 
         await using var tern = TernProcess.Start(environment);
         var exit = await tern.WaitForExitAsync(TimeSpan.FromSeconds(30));
 
         Assert.Equal(1, exit);
         var errors = tern.Output.Split('\n').Where(l => l.StartsWith("error: ", StringComparison.Ordinal)).ToList();
-        Assert.Equal(2, errors.Count);
+        Assert.Equal(3, errors.Count);
+        Assert.Contains(errors, l => l.StartsWith("error: Logging:Console:LogLevel:Default: 'Verbose' is not a log level", StringComparison.Ordinal));
         Assert.Contains(errors, l => l.StartsWith("error: Tern:Http:Port: '0'", StringComparison.Ordinal));
         Assert.Contains(errors, l => l.StartsWith("error: ReverseProxy:Routes:default:ClusterId:", StringComparison.Ordinal));
     }
