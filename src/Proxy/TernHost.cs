@@ -136,7 +136,7 @@ public static class TernHost
             }
 
             errors.WriteLine($"Tern did not start: {problems.Count} configuration problem(s). Settings are documented in README.md.");
-            ((IDisposable)builder.Configuration).Dispose(); // and with it the polls of its files
+            ((IDisposable)builder.Configuration).Dispose(); // and with it the polls of its files, after the lines are out
             return null;
         }
 
@@ -222,8 +222,6 @@ public static class TernHost
         }
         catch (InvalidOperationException ex)
         {
-            ((IDisposable?)app)?.Dispose();
-            ((IDisposable)builder.Configuration).Dispose();
             // YARP's own validation of the ReverseProxy section (match patterns, policies, ...).
             for (Exception? e = ex; e is not null; e = e.InnerException)
             {
@@ -244,7 +242,17 @@ public static class TernHost
             }
 
             errors.WriteLine("Tern did not start: the ReverseProxy section is invalid.");
+            ((IDisposable?)app)?.Dispose();
+            ((IDisposable)builder.Configuration).Dispose();
             return null;
+        }
+
+        // What the configuration system throws when it applies a change to a settings file (an
+        // unreadable file, a logging option .NET cannot parse) is logged, not lost.
+        var reloadLogger = app.Services.GetRequiredService<ILogger<ConfigurationReloader>>();
+        foreach (var file in ((IConfigurationBuilder)builder.Configuration).Sources.OfType<CheckedJsonFile>())
+        {
+            file.Failed = ex => TernLog.ReloadNotApplied(reloadLogger, file.Label, ex.Message);
         }
 
         // Listen from the start, so that /metrics counts everything since then.

@@ -23,6 +23,9 @@ internal static partial class TernLog
     [LoggerMessage(104, LogLevel.Warning, "{Key} is not a Tern setting and is ignored (misspelt?)")]
     public static partial void UnknownSetting(ILogger logger, string key);
 
+    [LoggerMessage(105, LogLevel.Error, "Configuration reload: {File}: .NET could not apply the change ({Reason}); what it concerns keeps its previous settings")]
+    public static partial void ReloadNotApplied(ILogger logger, string file, string reason);
+
     [LoggerMessage(200, LogLevel.Warning, "No certificate is configured under Tern:Tls:Certificates; serving a self-signed certificate for localhost from {Path}. Configure a real certificate for production.")]
     public static partial void SelfSignedInUse(ILogger logger, string path);
 

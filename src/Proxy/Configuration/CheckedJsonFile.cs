@@ -31,6 +31,13 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
 
     public string Label { get; }
 
+    /// <summary>Told what the configuration system threw when it applied a change to this file.</summary>
+    public Action<Exception>? Failed
+    {
+        get => ((PolledFolder)FileProvider!).Failed;
+        set => ((PolledFolder)FileProvider!).Failed = value;
+    }
+
     public override IConfigurationProvider Build(IConfigurationBuilder builder) => new Provider(this);
 
     /// <summary>The files in a configuration whose last load failed, with the reason.</summary>
@@ -46,9 +53,18 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
         private string? _parseError;
 
         /// <summary>Why the file's content is not in force, or null when it is.</summary>
-        public string? Error => PolledFolder.Exists(new FileInfo(File.FullPath)) ? _parseError
-            : File.Optional ? null
-            : Directory.Exists(System.IO.Path.GetDirectoryName(File.FullPath)) ? "the file does not exist" : "the folder does not exist";
+        public string? Error
+        {
+            get
+            {
+                var info = new FileInfo(File.FullPath);
+                return PolledFolder.Exists(info) ? _parseError
+                    // Optional or not: a link that leads nowhere is a swap caught half-way, not a file left out.
+                    : info.LinkTarget is not null ? $"it is a link to '{info.LinkTarget}', which leads to no file"
+                    : File.Optional ? null
+                    : Directory.Exists(System.IO.Path.GetDirectoryName(File.FullPath)) ? "the file does not exist" : "the folder does not exist";
+            }
+        }
 
         protected override void Dispose(bool disposing)
         {

@@ -55,19 +55,20 @@ public sealed record ConfigurationSnapshot(
     }
 
     /// <summary>
-    /// Logging:LogLevel:* and Logging:{provider}:LogLevel:*, parsed as .NET's logger filter parses
-    /// them: a value it cannot parse throws inside the logging system, at start (where it used to
-    /// be reported as a ReverseProxy problem) and on every reload.
+    /// Every value under Logging:LogLevel and Logging:{provider}:LogLevel, at any depth
+    /// (Logging__LogLevel__Microsoft__AspNetCore is Logging:LogLevel:Microsoft:AspNetCore), parsed
+    /// as .NET's logger filter parses them: a value it cannot parse throws inside the logging
+    /// system, at start (where it used to be reported as a ReverseProxy problem) and on every reload.
     /// </summary>
     private static void CheckLogLevels(IConfiguration configuration, List<ConfigurationProblem> problems)
     {
         var logging = configuration.GetSection("Logging");
         var levels = logging.GetChildren().Select(c => c.Key.Equals("LogLevel", StringComparison.OrdinalIgnoreCase) ? c : c.GetSection("LogLevel"));
-        foreach (var level in levels.SelectMany(s => s.GetChildren()))
+        foreach (var (key, value) in levels.SelectMany(s => s.AsEnumerable()))
         {
-            if (!string.IsNullOrEmpty(level.Value) && !Enum.TryParse<LogLevel>(level.Value, ignoreCase: true, out _))
+            if (!string.IsNullOrEmpty(value) && !Enum.TryParse<LogLevel>(value, ignoreCase: true, out _))
             {
-                problems.Add(new(level.Path, $"'{level.Value}' is not a log level; use Trace, Debug, Information, Warning, Error, Critical or None"));
+                problems.Add(new(key, $"'{value}' is not a log level; use Trace, Debug, Information, Warning, Error, Critical or None"));
             }
         }
     }

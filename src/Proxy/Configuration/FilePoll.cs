@@ -38,14 +38,17 @@ internal sealed class FilePoll : IDisposable
 
     private readonly (string Path, byte[] Seen)[] _files;
     private readonly CancellationTokenSource _changed = new();
+    private readonly Action<Exception>? _failed;
 
     /// <param name="paths">The files.</param>
     /// <param name="since">
     /// An earlier poll whose recorded content to start from for the files the two share, so that a
     /// change made between that poll's start and this one's is not lost.
     /// </param>
-    public FilePoll(IEnumerable<string> paths, FilePoll? since = null)
+    /// <param name="failed">Told what a listener threw (none: the exception is dropped).</param>
+    public FilePoll(IEnumerable<string> paths, FilePoll? since = null, Action<Exception>? failed = null)
     {
+        _failed = failed;
         _files = paths.Select(p => (Path: p, Seen: since?.SeenFor(p) ?? Fingerprint(p))).ToArray();
         Token = new CancellationChangeToken(_changed.Token);
         if (_files.Length == 0)
@@ -121,10 +124,10 @@ internal sealed class FilePoll : IDisposable
     }
 
     /// <summary>
-    /// Tells the listeners. Every listener runs even if one throws; an exception must not end the
-    /// process from the thread pool. The configuration system's listeners can throw: .NET's
-    /// logger filter on a log level it cannot parse, which ConfigurationSnapshot reports as a
-    /// problem of the reload.
+    /// Tells the listeners. Every listener runs even if one throws, and an exception must not end
+    /// the process from the thread pool: it goes to the failure sink. The configuration system's
+    /// listeners can throw: its JSON provider when the file cannot be opened, .NET's logging when
+    /// an option of its own does not parse.
     /// </summary>
     private void Fire()
     {
@@ -132,9 +135,12 @@ internal sealed class FilePoll : IDisposable
         {
             _changed.Cancel();
         }
-        catch (AggregateException)
+        catch (AggregateException ex)
         {
-            // Reported, where it matters, by the reload that the change starts.
+            foreach (var inner in ex.Flatten().InnerExceptions)
+            {
+                _failed?.Invoke(inner);
+            }
         }
     }
 
@@ -170,7 +176,12 @@ internal sealed class FilePoll : IDisposable
 /// </summary>
 internal sealed class PolledFolder(string folder) : IFileProvider, IDisposable
 {
+    private readonly Lock _lock = new();
     private FilePoll? _poll;
+    private bool _disposed;
+
+    /// <summary>Told what the configuration system threw when it applied a change (see FilePoll).</summary>
+    public Action<Exception>? Failed { get; set; }
 
     public IFileInfo GetFileInfo(string subpath)
     {
@@ -189,9 +200,9 @@ internal sealed class PolledFolder(string folder) : IFileProvider, IDisposable
         {
             return file.Exists && (file.LinkTarget is null || file.ResolveLinkTarget(returnFinalTarget: true)?.Exists == true);
         }
-        catch (IOException)
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
         {
-            return false; // a loop of links
+            return false; // a loop of links, or a folder on the way that cannot be read
         }
     }
 
@@ -200,10 +211,26 @@ internal sealed class PolledFolder(string folder) : IFileProvider, IDisposable
     /// <summary>The configuration asks again after each change; only the newest poll runs.</summary>
     public IChangeToken Watch(string filter)
     {
-        var poll = new FilePoll([Path.Combine(folder, filter)]);
-        Interlocked.Exchange(ref _poll, poll)?.Dispose();
-        return poll.Token;
+        lock (_lock)
+        {
+            if (_disposed)
+            {
+                return NullChangeToken.Singleton; // asked by a change that fired as the file's provider went
+            }
+
+            _poll?.Dispose();
+            // Failed as it is when the change fires: it is set after the first watch.
+            _poll = new FilePoll([Path.Combine(folder, filter)], failed: ex => Failed?.Invoke(ex));
+            return _poll.Token;
+        }
     }
 
-    public void Dispose() => Interlocked.Exchange(ref _poll, null)?.Dispose();
+    public void Dispose()
+    {
+        lock (_lock)
+        {
+            _disposed = true;
+            _poll?.Dispose();
+        }
+    }
 }

@@ -225,29 +225,53 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         using var client = tern.CreateClient();
 
         var json = System.Text.Json.Nodes.JsonNode.Parse(config.Route("b", "second", "/b/{**rest}", PrefixRemoved("/b")).Cluster("second", [_second]).ToJson())!;
-        json["Logging"] = new System.Text.Json.Nodes.JsonObject { ["LogLevel"] = new System.Text.Json.Nodes.JsonObject { ["Default"] = "Verbose" } };
+        // What Logging__LogLevel__Microsoft__AspNetCore=Verbose makes.
+        json["Logging"] = System.Text.Json.Nodes.JsonNode.Parse("""{ "LogLevel": { "Microsoft": { "AspNetCore": "Verbose" } } }""");
         await tern.RewriteConfigAsync(json.ToJsonString());
 
-        await tern.Logs.WaitForAsync("Configuration reload: Logging:LogLevel:Default: 'Verbose' is not a log level");
+        await tern.Logs.WaitForAsync("Configuration reload: Logging:LogLevel:Microsoft:AspNetCore: 'Verbose' is not a log level");
         await tern.Logs.WaitForAsync("Configuration reload rejected (1 problem(s))");
         Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
         Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);
     }
 
-    [Fact]
-    public async Task Reload_SettingsFileBecomesDanglingLink_IsRejectedAndTernServesOn()
+    [Theory]
+    [InlineData("appsettings.json")]
+    [InlineData("appsettings.Test.json")] // optional, yet a dangling link is no file left out
+    public async Task Reload_SettingsFileBecomesDanglingLink_IsRejectedAndTernServesOn(string file)
     {
         var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
         var folder = Path.Combine(tern.Folder, "config");
+        if (!File.Exists(Path.Combine(folder, file)))
+        {
+            await File.WriteAllTextAsync(Path.Combine(folder, file), "{}");
+            await tern.Logs.WaitForAsync("Configuration reloaded");
+        }
 
-        File.CreateSymbolicLink(Path.Combine(folder, "appsettings.json.new"), "..gone/appsettings.json");
-        File.Move(Path.Combine(folder, "appsettings.json.new"), Path.Combine(folder, "appsettings.json"), overwrite: true);
+        File.CreateSymbolicLink(Path.Combine(folder, file + ".new"), "..gone/" + file);
+        File.Move(Path.Combine(folder, file + ".new"), Path.Combine(folder, file), overwrite: true);
 
-        await tern.Logs.WaitForAsync("Configuration reload: config/appsettings.json: the file does not exist");
+        await tern.Logs.WaitForAsync($"Configuration reload: config/{file}: it is a link to '..gone/{file}', which leads to no file");
         await tern.Logs.WaitForAsync("Configuration reload rejected");
         Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
+    }
+
+    [Fact]
+    public async Task Reload_LoggingOptionNetCannotConvert_IsLoggedAndTheRestApplies()
+    {
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        var json = System.Text.Json.Nodes.JsonNode.Parse(config.Route("b", "second", "/b/{**rest}", PrefixRemoved("/b")).Cluster("second", [_second]).ToJson())!;
+        json["Logging"] = System.Text.Json.Nodes.JsonNode.Parse("""{ "CaptureScopes": "maybe" }""");
+        await tern.RewriteConfigAsync(json.ToJsonString());
+
+        await tern.Logs.WaitForAsync("Configuration reload: config/appsettings.json: .NET could not apply the change (");
+        Assert.Contains(tern.Logs.Lines, l => l.Contains("Logging:CaptureScopes", StringComparison.Ordinal));
+        Assert.Equal("second", await EventuallyAsync(client, "/b/name", "second"));
     }
 
     [Fact]
