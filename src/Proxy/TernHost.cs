@@ -110,6 +110,10 @@ public static class TernHost
         // socket read completed, not after one more hop through the thread pool.
         builder.Services.Configure<SocketTransportOptions>(o => o.UnsafePreferInlineScheduling = SocketEventThreads.Enabled);
 
+        // Armed before the load reads the certificate files: one renewed meanwhile is reloaded.
+        // The reloader takes it over once Tern runs.
+        var certificateWatch = new CertificateFileWatch(CertificateFileWatch.FilesToRead(builder.Configuration));
+        builder.Services.AddSingleton(certificateWatch);
         var snapshot = ConfigurationSnapshot.TryLoad(builder.Configuration, out var found);
         var problems = found.ToList();
         if (snapshot is not null)
@@ -137,10 +141,17 @@ public static class TernHost
 
             errors.WriteLine($"Tern did not start: {problems.Count} configuration problem(s). Settings are documented in README.md.");
             ((IDisposable)builder.Configuration).Dispose(); // and with it the polls of its files, after the lines are out
+            certificateWatch.Dispose();
             return null;
         }
 
-        return Build(builder, snapshot, openSsl, errors);
+        var app = Build(builder, snapshot, openSsl, errors);
+        if (app is null)
+        {
+            certificateWatch.Dispose();
+        }
+
+        return app;
     }
 
     /// <summary>Builds the OpenSSL contexts for snapshot; returns the problem if OpenSSL rejects a certificate.</summary>

@@ -18,6 +18,7 @@ internal sealed class ConfigurationReloader(
     ProxyConfigurationGate gate,
     OpenSslEngine openSsl,
     ProxyConfigOutcome yarp,
+    CertificateFileWatch initial,
     ILogger<ConfigurationReloader> logger) : IHostedService, IDisposable
 {
     // Editors and ConfigMap updates fire several change events per save; settle first.
@@ -34,7 +35,10 @@ internal sealed class ConfigurationReloader(
         _subscription = ChangeToken.OnChange(live.GetReloadToken, Schedule);
         lock (_lock)
         {
-            WatchCertificates();
+            // From the view of the watch armed before the first load read the files: a renewal
+            // landing while Tern started is seen.
+            _certificates = initial;
+            WatchCertificates(keepView: true);
         }
 
         return Task.CompletedTask;
@@ -54,6 +58,7 @@ internal sealed class ConfigurationReloader(
         {
             _certificates?.Dispose();
             _certificates = null;
+            initial.Dispose(); // if Tern never started; once more is harmless
         }
     }
 
@@ -70,15 +75,16 @@ internal sealed class ConfigurationReloader(
     }
 
     /// <summary>
-    /// Watches the certificate files of the configuration in force (called under the lock). The
-    /// new watch is armed before the old one goes, so that no change falls between the two. With
-    /// keepView, it starts from the old watch's view of the files they share, not from what they
-    /// hold now, so that a change made since the old watch was armed is still seen.
+    /// Watches the certificate files of the configuration in force and any others given (called
+    /// under the lock). The new watch is armed before the old one goes, so that no change falls
+    /// between the two. With keepView, it starts from the old watch's view of the files they
+    /// share, not from what they hold now, so that a change made since the old watch was armed is
+    /// still seen.
     /// </summary>
-    private void WatchCertificates(bool keepView = false)
+    private void WatchCertificates(bool keepView = false, IEnumerable<string>? more = null)
     {
         var previous = _certificates;
-        _certificates = new CertificateFileWatch(active.Current.Settings, keepView ? previous : null);
+        _certificates = new CertificateFileWatch(CertificateFileWatch.Files(active.Current.Settings).Concat(more ?? []), keepView ? previous : null);
         _certificates.Token.RegisterChangeCallback(_ => Schedule(), null);
         previous?.Dispose();
     }
@@ -88,18 +94,18 @@ internal sealed class ConfigurationReloader(
         lock (_lock)
         {
             // A file token fires once, and the one that scheduled this reload has fired: re-arm it
-            // before the files are read, so that a renewal landing while they are read (a key
-            // written after its certificate) schedules another reload instead of going unseen.
-            WatchCertificates();
+            // before the files are read, on the files in force and those this reload will read, so
+            // that a renewal landing while they are read (a key written after its certificate)
+            // schedules another reload instead of going unseen.
+            WatchCertificates(more: CertificateFileWatch.FilesToRead(live));
             try
             {
                 ApplyLocked();
             }
             finally
             {
-                // Again on the files now in force, as the reload may have changed their paths,
-                // keeping the view from before the read: a file the polls share that changed after
-                // it (say during YARP's verdict) still schedules a reload.
+                // Again on the files now in force alone, keeping the view from before the read: a
+                // file that changed after it (say during YARP's verdict) still schedules a reload.
                 WatchCertificates(keepView: true);
             }
         }

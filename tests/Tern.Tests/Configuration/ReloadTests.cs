@@ -134,6 +134,23 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Start_CertificateRenewedWhileTernStarts_IsPickedUp()
+    {
+        // Renewed after the first load read the files and before the watch of a running Tern:
+        // missed, the old certificate would be served until the next renewal, after it expired.
+        var folder = Directory.CreateTempSubdirectory("tern-starting-").FullName;
+        var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", TestPki.Create("site", ["localhost"], folder), []));
+        PemPair? renewed = null;
+        await using var tern = await TernInstance.StartAsync(config, built: () =>
+        {
+            renewed = TestPki.Create("site", ["localhost"], folder);
+            return Task.CompletedTask;
+        });
+
+        Assert.Equal(renewed!.Thumbprint, await EventuallyServedAsync(tern, renewed.Thumbprint));
+    }
+
+    [Fact]
     public async Task Reload_RoutesYarpRejects_AreLoggedAndTheLastGoodStay()
     {
         var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);

@@ -28,7 +28,10 @@ public sealed class TernInstance : IAsyncDisposable
 
     public IServiceProvider Services => _app.Services;
 
-    public static async Task<TernInstance> StartAsync(TernConfig config, Func<TernHostOptions, TernHostOptions>? options = null)
+    /// <param name="config">The settings.</param>
+    /// <param name="options">Changes to the host options.</param>
+    /// <param name="built">Run after Tern has loaded its configuration and before it starts.</param>
+    public static async Task<TernInstance> StartAsync(TernConfig config, Func<TernHostOptions, TernHostOptions>? options = null, Func<Task>? built = null)
     {
         var folder = Directory.CreateTempSubdirectory("tern-test-").FullName;
         Directory.CreateDirectory(Path.Combine(folder, "config"));
@@ -38,6 +41,11 @@ public sealed class TernInstance : IAsyncDisposable
         var hostOptions = new TernHostOptions { ContentRoot = folder, EnvironmentName = "Test", Logging = l => l.AddProvider(logs) };
         var app = TernHost.TryBuild(options?.Invoke(hostOptions) ?? hostOptions, errors)
             ?? throw new InvalidOperationException($"Tern did not build:\n{errors}");
+        if (built is not null)
+        {
+            await built();
+        }
+
         await app.StartAsync();
         return new TernInstance(app, config, folder, logs);
     }
