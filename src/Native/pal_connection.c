@@ -392,6 +392,17 @@ int32_t TernTls_Decrypt(TernTlsConnection* connection,
 
     // No output window for the BIO: anything OpenSSL writes now (alerts, KeyUpdate) spills.
     Arm(connection, input, inputLength, NULL, 0);
+    if (SpillSize(&connection->spill) > TERN_TLS_UNREAD_ANSWERS_LIMIT)
+    {
+        // Records that OpenSSL must answer (TLS 1.2 renegotiation attempts draw a
+        // no_renegotiation alert each), sent by a peer that does not read the answers, would
+        // grow the spill buffer for as long as it sends: stop reading from it instead.
+        snprintf(connection->error, sizeof(connection->error),
+                 "the client does not read what TLS answers it (%zu bytes of alerts or handshake replies unread)",
+                 SpillSize(&connection->spill));
+        return Finish(connection, result, TERN_TLS_ERROR, 0, 0);
+    }
+
     size_t produced = 0;
     int32_t status = TERN_TLS_OK;
     while (produced < (size_t)outputLength)

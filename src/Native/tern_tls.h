@@ -122,6 +122,9 @@ TERN_EXPORT int32_t TernTls_Handshake(TernTlsConnection* connection,
 // input is used, CLOSED on close_notify, ERROR on a bad record or alert.
 // Bytes OpenSSL writes meanwhile (alerts, KeyUpdate replies) go to the spill
 // buffer; result.pending tells the caller to drain it into the transport.
+// ERROR, before reading anything, when more than TERN_TLS_UNREAD_ANSWERS_LIMIT
+// bytes of such answers wait there: the peer provokes them without reading.
+#define TERN_TLS_UNREAD_ANSWERS_LIMIT (64 * 1024)
 TERN_EXPORT int32_t TernTls_Decrypt(TernTlsConnection* connection,
                                     const uint8_t* input, int32_t inputLength,
                                     uint8_t* output, int32_t outputLength,

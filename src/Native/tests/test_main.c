@@ -3,8 +3,10 @@
 #include "tern_tls.h"
 #include "test_pki.h"
 
+#include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -675,6 +677,108 @@ static void PartialRecord_IsReportedUntilTheRestArrives(void)
     TernTls_ServerRelease(server);
 }
 
+// The client's TLS 1.2 write key and implicit IV for AES-128-GCM (RFC 5246 6.3, RFC 5288).
+static int Tls12ClientKey(SSL* ssl, uint8_t key[16], uint8_t iv[4])
+{
+    uint8_t master[48];
+    size_t masterLength = SSL_SESSION_get_master_key(SSL_get_session(ssl), master, sizeof(master));
+    uint8_t seed[64];
+    SSL_get_server_random(ssl, seed, 32);
+    SSL_get_client_random(ssl, seed + 32, 32);
+    EVP_KDF* kdf = EVP_KDF_fetch(NULL, "TLS1-PRF", NULL);
+    EVP_KDF_CTX* context = EVP_KDF_CTX_new(kdf);
+    char digest[] = "SHA256";
+    char label[] = "key expansion";
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SECRET, master, masterLength),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SEED, label, strlen(label)),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SEED, seed, sizeof(seed)),
+        OSSL_PARAM_construct_end(),
+    };
+    uint8_t block[40];
+    int ok = EVP_KDF_derive(context, block, sizeof(block), params) == 1;
+    EVP_KDF_CTX_free(context);
+    EVP_KDF_free(kdf);
+    memcpy(key, block, 16);    // client_write_key (the server's follows)
+    memcpy(iv, block + 32, 4); // client_write_IV
+    return ok;
+}
+
+// A TLS 1.2 AES-128-GCM handshake record carrying body, as the client sends it under sequence
+// number seq: header, explicit nonce, ciphertext, tag. Returns its length.
+static size_t SealHandshakeRecord(const uint8_t key[16], const uint8_t iv[4], uint64_t seq,
+                                  const uint8_t* body, int length, uint8_t* out)
+{
+    uint8_t nonce[12];
+    memcpy(nonce, iv, 4);
+    for (int i = 0; i < 8; i++)
+    {
+        nonce[4 + i] = (uint8_t)(seq >> (56 - 8 * i));
+    }
+
+    // Additional data: sequence number, type, version, plaintext length.
+    uint8_t aad[13] = {0, 0, 0, 0, 0, 0, 0, 0, 0x16, 0x03, 0x03, (uint8_t)(length >> 8), (uint8_t)length};
+    memcpy(aad, nonce + 4, 8);
+    int recordLength = 8 + length + 16;
+    out[0] = 0x16;
+    out[1] = 0x03;
+    out[2] = 0x03;
+    out[3] = (uint8_t)(recordLength >> 8);
+    out[4] = (uint8_t)recordLength;
+    memcpy(out + 5, nonce + 4, 8);
+    EVP_CIPHER_CTX* cipher = EVP_CIPHER_CTX_new();
+    int written = 0;
+    int ok = EVP_EncryptInit_ex(cipher, EVP_aes_128_gcm(), NULL, key, nonce) == 1 &&
+             EVP_EncryptUpdate(cipher, NULL, &written, aad, (int)sizeof(aad)) == 1 &&
+             EVP_EncryptUpdate(cipher, out + 13, &written, body, length) == 1 &&
+             EVP_EncryptFinal_ex(cipher, out + 13 + written, &written) == 1 &&
+             EVP_CIPHER_CTX_ctrl(cipher, EVP_CTRL_GCM_GET_TAG, 16, out + 13 + length) == 1;
+    EVP_CIPHER_CTX_free(cipher);
+    CHECK(ok);
+    return (size_t)(5 + recordLength);
+}
+
+// A TLS 1.2 peer that sends renegotiation attempts, each answered with a no_renegotiation alert,
+// and never reads those alerts must not grow the spill buffer without bound.
+static void UnreadAnswers_StopTheConnectionAtTheLimit(void)
+{
+    TernTlsServer* server = CreateServer();
+    Client client = NewClient(TLS1_2_VERSION, NULL, NULL, NULL);
+    CHECK(SSL_set_cipher_list(client.ssl, "ECDHE-ECDSA-AES128-GCM-SHA256") == 1);
+    TernTlsConnection* connection = NULL;
+    TernTls_ConnectionCreate(server, &connection);
+    CHECK(Handshake(&client, connection, 1 << 20, 16384, NULL));
+    uint8_t key[16];
+    uint8_t iv[4];
+    CHECK(Tls12ClientKey(client.ssl, key, iv));
+
+    // An empty ClientHello: enough to draw the alert. The client's Finished was record 0.
+    const uint8_t hello[] = {0x01, 0x00, 0x00, 0x00};
+    uint8_t record[64];
+    uint8_t plaintext[256];
+    TernTlsResult result;
+    memset(&result, 0, sizeof(result));
+    int32_t status = TERN_TLS_WANT_READ;
+    int records = 0;
+    for (uint64_t seq = 1; seq <= 100000 && status == TERN_TLS_WANT_READ; seq++)
+    {
+        size_t length = SealHandshakeRecord(key, iv, seq, hello, (int)sizeof(hello), record);
+        status = TernTls_Decrypt(connection, record, (int32_t)length, plaintext, sizeof(plaintext), &result);
+        records++;
+    }
+
+    char reason[512] = {0};
+    TernTls_ConnectionError(connection, reason, sizeof(reason));
+    CHECK(status == TERN_TLS_ERROR);
+    CHECK(strstr(reason, "does not read") != NULL);
+    CHECK(result.consumed == 0 && result.pending > TERN_TLS_UNREAD_ANSWERS_LIMIT && result.pending < TERN_TLS_UNREAD_ANSWERS_LIMIT + 1024);
+    CHECK(records > 1000 && records < 5000); // each record drew an alert of 31 bytes
+    TernTls_ConnectionFree(connection);
+    FreeClient(&client);
+    TernTls_ServerRelease(server);
+}
+
 // Bytes the process has allocated now (the sanitizer's count when it runs, else glibc's).
 static size_t AllocatedBytes(void)
 {
@@ -743,6 +847,7 @@ int main(void)
     ClientCertificates_RequiredAndOptional_VerifyAgainstTrustedCas();
     Garbage_IsAnErrorWithReason();
     PartialRecord_IsReportedUntilTheRestArrives();
+    UnreadAnswers_StopTheConnectionAtTheLimit();
     TenThousandConnections_LeaveNoMemoryBehind();
     CHECK(s_selectorCalls > 0);
     FreePem(&s_default);
