@@ -259,17 +259,25 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
     }
 
-    [Fact]
-    public async Task CorruptedRecord_ClosesOnlyThatConnectionAndIsCounted()
+    [Theory]
+    [InlineData("http/1.1", "GET /name HTTP/1.1\r\nHost: localhost\r\n\r\n")]
+    [InlineData("h2", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")]
+    public async Task CorruptedRecord_ClosesOnlyThatConnectionAndIsCountedOnce(string alpn, string request)
     {
         using var healthy = _tern.CreateClient();
-        await using var tls = await ConnectAsync("http/1.1", corruptAfterHandshake: true);
+        await using var tls = await ConnectAsync(alpn, corruptAfterHandshake: true);
 
-        await tls.WriteAsync(Encoding.ASCII.GetBytes("GET /name HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+        await tls.WriteAsync(Encoding.ASCII.GetBytes(request));
         await Assert.ThrowsAnyAsync<Exception>(async () => await ReadUntilAsync(tls, text => text.Contains("200", StringComparison.Ordinal)));
 
         Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.errors", "error.type=decrypt") == 1));
         Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
+        Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.connections.active") <= 1));
+
+        // A client's bad record is no encrypt error, and no warning with a stack trace that any
+        // client could write into the log (Kestrel's "processing ended abnormally").
+        Assert.Equal(0, _meter.Total("tern.tls.errors", "error.type=encrypt"));
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("TLS error", StringComparison.Ordinal));
     }
 
     [Fact]

@@ -50,16 +50,23 @@ internal sealed partial class OpenSslConnection
             if (ex is OpenSslException)
             {
                 // Abortive close: nothing more is trusted from this peer.
-                _metrics.ConnectionFailed("decrypt");
-                _abort(ex);
+                if (FailTls())
+                {
+                    _metrics.ConnectionFailed("decrypt");
+                    _abort(ex);
+                }
+
+                // Kestrel takes an IOException for a connection that broke (logged at Debug); any
+                // other exception is "processing ended abnormally", a warning with a stack trace
+                // that every client sending a bad record could write into the log.
+                failure = new IOException(ex.Message, ex);
             }
             else
             {
                 Volatile.Write(ref _peerClosed, true); // the socket failed: the peer is gone
                 Truncated(); // counted when a reset cut a record short
+                failure = ex;
             }
-
-            failure = ex;
         }
         finally
         {

@@ -101,6 +101,16 @@ internal sealed partial class OpenSslConnection
         }
         catch (Exception ex)
         {
+            if (ex is OpenSslException && !FailTls())
+            {
+                // The decrypt pump failed the connection first, and OpenSSL refuses the SSL object
+                // from then on: not an encrypt error of its own, and nothing for Kestrel to report
+                // (an exception here is logged as an unexpected error in its response flush).
+                await _output.Reader.CompleteAsync().ConfigureAwait(false);
+                await _transport.Output.CompleteAsync(ex).ConfigureAwait(false);
+                return;
+            }
+
             if (ex is OpenSslException)
             {
                 _metrics.ConnectionFailed("encrypt");

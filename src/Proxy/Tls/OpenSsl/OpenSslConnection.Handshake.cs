@@ -149,6 +149,13 @@ internal sealed partial class OpenSslConnection
         return new Call(result);
     }
 
+    /// <summary>
+    /// Marks the connection failed by a TLS error; true for the first pump to fail it, which
+    /// counts and reports the error. The other then fails too (OpenSSL refuses an SSL object
+    /// after a fatal error), and is neither a second error nor a second reason.
+    /// </summary>
+    private bool FailTls() => Interlocked.Exchange(ref _tlsFailed, 1) == 0;
+
     /// <summary>Moves spilled bytes into the transport pipe (only the pipe's writer may call this).</summary>
     private void DrainSpill(int pending)
     {

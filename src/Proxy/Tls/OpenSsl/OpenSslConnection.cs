@@ -51,6 +51,9 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     // Set by the decrypt pump when the client's side of the TCP connection ended (FIN or reset).
     private bool _peerClosed;
 
+    // 1 once a pump has failed the connection on a TLS error (FailTls).
+    private int _tlsFailed;
+
     /// <param name="server">The contexts to handshake with.</param>
     /// <param name="transport">The socket's pipes.</param>
     /// <param name="metrics">The Tern.Tls meter.</param>
