@@ -9,8 +9,8 @@ namespace Tern.Proxy.Forwarding;
 /// <summary>
 /// Turns YARP's forwarding errors into statuses an operator can act on, each with a short
 /// plain-text reason: 502 when the upstream refused or could not be reached, 504 when it did not
-/// answer in time, 503 when a cluster has no destination left, and 499 (logged, never sent) when
-/// the client went away first. Reasons name the cluster, never an internal address.
+/// answer in time, 503 when a cluster has no destination left, 400 when the client's request body
+/// could not be parsed, and 499 (logged, never sent) when the client went away first. Reasons name the cluster, never an internal address.
 /// </summary>
 internal static class ProxyErrorResponses
 {
@@ -35,7 +35,23 @@ internal static class ProxyErrorResponses
             return;
         }
 
-        if (context.RequestAborted.IsCancellationRequested || error.Error is ForwarderError.RequestCanceled or ForwarderError.RequestBodyCanceled or ForwarderError.ResponseBodyCanceled or ForwarderError.UpgradeRequestCanceled or ForwarderError.UpgradeResponseCanceled)
+        // The client's side failed, not the upstream's: a body Kestrel could not parse is the
+        // client's bad request (400); any other failure there is a client that went away (499).
+        var clientSide = error.Error is ForwarderError.RequestBodyClient or ForwarderError.ResponseBodyClient or ForwarderError.UpgradeRequestClient or ForwarderError.UpgradeResponseClient;
+        var malformed = clientSide ? Find<BadHttpRequestException>(error.Exception) : null;
+        if (malformed is not null && !context.Response.HasStarted && !context.RequestAborted.IsCancellationRequested)
+        {
+            TernLog.MalformedRequestBody(Logger(context), context.Request.Method, context.Request.Path, malformed.Message, route);
+            context.Response.Clear();
+            context.Response.StatusCode = StatusCodes.Status400BadRequest;
+            context.Response.ContentType = "text/plain; charset=utf-8";
+            context.Response.Headers.CacheControl = "no-store";
+            context.Response.Headers.Connection = "close"; // what follows the bad body cannot be framed
+            await context.Response.WriteAsync($"400 Bad Request: the request body is malformed ({malformed.Message})\n");
+            return;
+        }
+
+        if (clientSide || context.RequestAborted.IsCancellationRequested || error.Error is ForwarderError.RequestCanceled or ForwarderError.RequestBodyCanceled or ForwarderError.ResponseBodyCanceled or ForwarderError.UpgradeRequestCanceled or ForwarderError.UpgradeResponseCanceled)
         {
             if (!context.Response.HasStarted)
             {

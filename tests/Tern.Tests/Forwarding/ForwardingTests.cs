@@ -44,6 +44,50 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         await _upstream.DisposeAsync();
     }
 
+    [Fact]
+    public async Task ClientResetDuringUpload_IsLoggedAs499_NotBlamedOnTheUpstream()
+    {
+        using var socket = new System.Net.Sockets.Socket(System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        await using (var tls = new System.Net.Security.SslStream(new System.Net.Sockets.NetworkStream(socket, ownsSocket: false), false, (_, _, _, _) => true))
+        {
+            await tls.AuthenticateAsClientAsync(new System.Net.Security.SslClientAuthenticationOptions { TargetHost = "localhost", ApplicationProtocols = [System.Net.Security.SslApplicationProtocol.Http11] });
+            await tls.WriteAsync(Encoding.ASCII.GetBytes("POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1048576\r\n\r\n"));
+            await tls.WriteAsync(new byte[256 * 1024]);
+            await tls.FlushAsync();
+            await Task.Delay(200); // the forwarder is copying the body to the upstream
+
+            // An abortive close: RST, as a client that crashed or gave up.
+            socket.LingerState = new System.Net.Sockets.LingerOption(true, 0);
+            socket.Close();
+        }
+
+        await _tern.Logs.WaitForAsync("POST /echo returned 499: the client closed the connection");
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("returned 502", StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task MalformedChunkedBody_Is400WithAReason_NotBlamedOnTheUpstream()
+    {
+        using var socket = new System.Net.Sockets.Socket(System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        await using var tls = new System.Net.Security.SslStream(new System.Net.Sockets.NetworkStream(socket, ownsSocket: false), false, (_, _, _, _) => true);
+        await tls.AuthenticateAsClientAsync(new System.Net.Security.SslClientAuthenticationOptions { TargetHost = "localhost", ApplicationProtocols = [System.Net.Security.SslApplicationProtocol.Http11] });
+
+        await tls.WriteAsync(Encoding.ASCII.GetBytes("POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\nzz\r\n"));
+        var response = new StringBuilder();
+        var buffer = new byte[4096];
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+        int read;
+        while (!response.ToString().Contains("\r\n\r\n", StringComparison.Ordinal) && (read = await tls.ReadAsync(buffer, timeout.Token)) > 0)
+        {
+            response.Append(Encoding.ASCII.GetString(buffer, 0, read));
+        }
+
+        Assert.StartsWith("HTTP/1.1 400", response.ToString(), StringComparison.Ordinal);
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("returned 502", StringComparison.Ordinal));
+    }
+
     [Theory]
     [InlineData("1.1")]
     [InlineData("2.0")]

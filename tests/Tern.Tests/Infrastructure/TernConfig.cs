@@ -87,6 +87,6 @@ public sealed class TernConfig
     {
         ["Tern"] = Tern.DeepClone(),
         ["ReverseProxy"] = ReverseProxy.DeepClone(),
-        ["Logging"] = new JsonObject { ["LogLevel"] = new JsonObject { ["Default"] = "Warning", ["Tern.Proxy.Tls"] = "Debug", ["Tern.Proxy.Configuration"] = "Information" } },
+        ["Logging"] = new JsonObject { ["LogLevel"] = new JsonObject { ["Default"] = "Warning", ["Tern.Proxy.Tls"] = "Debug", ["Tern.Proxy.Configuration"] = "Information", ["Tern.Proxy.Forwarding"] = "Information" } },
     }.ToJsonString(new JsonSerializerOptions { WriteIndented = true });
 }
