@@ -44,8 +44,8 @@ internal static partial class TernLog
     [LoggerMessage(300, LogLevel.Information, "{Method} {Path} returned 499: the client closed the connection before the response (route {Route})")]
     public static partial void ClientClosedRequest(ILogger logger, string method, string path, string route);
 
-    [LoggerMessage(303, LogLevel.Information, "{Method} {Path} returned 400: the request body is malformed: {Reason} (route {Route})")]
-    public static partial void MalformedRequestBody(ILogger logger, string method, string path, string reason, string route);
+    [LoggerMessage(303, LogLevel.Information, "{Method} {Path} returned {Status}: the request body was rejected: {Reason} (route {Route})")]
+    public static partial void RequestBodyRejected(ILogger logger, string method, string path, int status, string reason, string route);
 
     [LoggerMessage(302, LogLevel.Warning, "{Method} {Path} was cut off: Tern:Shutdown:DrainTimeout ran out before it finished (route {Route})")]
     public static partial void CutByShutdown(ILogger logger, string method, string path, string route);

@@ -9,8 +9,8 @@ namespace Tern.Proxy.Forwarding;
 /// <summary>
 /// Turns YARP's forwarding errors into statuses an operator can act on, each with a short
 /// plain-text reason: 502 when the upstream refused or could not be reached, 504 when it did not
-/// answer in time, 503 when a cluster has no destination left, 400 when the client's request body
-/// could not be parsed, and 499 (logged, never sent) when the client went away first. Reasons name the cluster, never an internal address.
+/// answer in time, 503 when a cluster has no destination left, Kestrel's status (400, 408, 413) when
+/// it refused the client's request body, and 499 (logged, never sent) when the client went away. Reasons name the cluster, never an internal address.
 /// </summary>
 internal static class ProxyErrorResponses
 {
@@ -35,19 +35,24 @@ internal static class ProxyErrorResponses
             return;
         }
 
-        // The client's side failed, not the upstream's: a body Kestrel could not parse is the
-        // client's bad request (400); any other failure there is a client that went away (499).
+        // The client's side failed, not the upstream's: a body Kestrel refused (malformed 400, too
+        // large 413, too slow 408) is answered with Kestrel's status; any other failure there is a
+        // client that went away (499).
         var clientSide = error.Error is ForwarderError.RequestBodyClient or ForwarderError.ResponseBodyClient or ForwarderError.UpgradeRequestClient or ForwarderError.UpgradeResponseClient;
-        var malformed = clientSide ? Find<BadHttpRequestException>(error.Exception) : null;
-        if (malformed is not null && !context.Response.HasStarted && !context.RequestAborted.IsCancellationRequested)
+        var rejected = clientSide ? Find<BadHttpRequestException>(error.Exception) : null;
+        if (rejected is not null && !context.Response.HasStarted && !context.RequestAborted.IsCancellationRequested)
         {
-            TernLog.MalformedRequestBody(Logger(context), context.Request.Method, context.Request.Path, malformed.Message, route);
+            TernLog.RequestBodyRejected(Logger(context), context.Request.Method, context.Request.Path, rejected.StatusCode, rejected.Message, route);
             context.Response.Clear();
-            context.Response.StatusCode = StatusCodes.Status400BadRequest;
+            context.Response.StatusCode = rejected.StatusCode;
             context.Response.ContentType = "text/plain; charset=utf-8";
             context.Response.Headers.CacheControl = "no-store";
-            context.Response.Headers.Connection = "close"; // what follows the bad body cannot be framed
-            await context.Response.WriteAsync($"400 Bad Request: the request body is malformed ({malformed.Message})\n");
+            if (HttpProtocol.IsHttp11(context.Request.Protocol))
+            {
+                context.Response.Headers.Connection = "close"; // what follows the refused body cannot be framed
+            }
+
+            await context.Response.WriteAsync($"{rejected.StatusCode} {ReasonPhrase(rejected.StatusCode)}: the request body was rejected ({rejected.Message})\n");
             return;
         }
 
@@ -126,6 +131,9 @@ internal static class ProxyErrorResponses
         StatusCodes.Status502BadGateway => "Bad Gateway",
         StatusCodes.Status503ServiceUnavailable => "Service Unavailable",
         StatusCodes.Status504GatewayTimeout => "Gateway Timeout",
+        StatusCodes.Status400BadRequest => "Bad Request",
+        StatusCodes.Status408RequestTimeout => "Request Timeout",
+        StatusCodes.Status413PayloadTooLarge => "Payload Too Large",
         _ => "Error",
     };
 

@@ -77,7 +77,7 @@ public sealed class TlsMetrics : IDisposable
         _handshakes = _meter.CreateCounter<long>("tern.tls.handshakes", "{handshake}", "TLS handshakes by result, protocol, cipher, ALPN and resumption");
         _handshakeDuration = _meter.CreateHistogram<double>("tern.tls.handshake.duration", "s", "Time from the accepted connection to the end of the handshake",
             advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10] });
-        _errors = _meter.CreateCounter<long>("tern.tls.errors", "{error}", "Connections closed abortively by a TLS error after the handshake (bad record MAC, fatal alert)");
+        _errors = _meter.CreateCounter<long>("tern.tls.errors", "{error}", "Connections closed abortively by a TLS error after the handshake (bad record MAC, fatal alert, answers the client does not read)");
         _connections = _meter.CreateUpDownCounter<long>("tern.tls.connections.active", "{connection}", "Open connections that completed a TLS handshake");
     }
 

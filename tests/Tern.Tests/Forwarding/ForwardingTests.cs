@@ -66,15 +66,17 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("returned 502", StringComparison.Ordinal));
     }
 
-    [Fact]
-    public async Task MalformedChunkedBody_Is400WithAReason_NotBlamedOnTheUpstream()
+    [Theory]
+    [InlineData("Transfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\nzz\r\n", "HTTP/1.1 400")] // a bad chunk
+    [InlineData("Content-Length: 40000000\r\n\r\n", "HTTP/1.1 413")] // over Kestrel's 30 MB limit
+    public async Task BodyKestrelRefuses_GetsKestrelsStatusWithAReason_NotBlamedOnTheUpstream(string framing, string status)
     {
         using var socket = new System.Net.Sockets.Socket(System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
         await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
         await using var tls = new System.Net.Security.SslStream(new System.Net.Sockets.NetworkStream(socket, ownsSocket: false), false, (_, _, _, _) => true);
         await tls.AuthenticateAsClientAsync(new System.Net.Security.SslClientAuthenticationOptions { TargetHost = "localhost", ApplicationProtocols = [System.Net.Security.SslApplicationProtocol.Http11] });
 
-        await tls.WriteAsync(Encoding.ASCII.GetBytes("POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\nzz\r\n"));
+        await tls.WriteAsync(Encoding.ASCII.GetBytes("POST /echo HTTP/1.1\r\nHost: localhost\r\n" + framing));
         var response = new StringBuilder();
         var buffer = new byte[4096];
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
@@ -84,7 +86,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
             response.Append(Encoding.ASCII.GetString(buffer, 0, read));
         }
 
-        Assert.StartsWith("HTTP/1.1 400", response.ToString(), StringComparison.Ordinal);
+        Assert.StartsWith(status, response.ToString(), StringComparison.Ordinal);
         Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("returned 502", StringComparison.Ordinal));
     }
 

@@ -274,10 +274,10 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
         Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.connections.active") <= 1));
 
-        // A client's bad record is no encrypt error, and no warning with a stack trace that any
-        // client could write into the log (Kestrel's "processing ended abnormally").
+        // A client's bad record is no encrypt error, and no warning that any client could write
+        // into the log (Kestrel's "processing ended abnormally", with a stack trace).
         Assert.Equal(0, _meter.Total("tern.tls.errors", "error.type=encrypt"));
-        Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("TLS error", StringComparison.Ordinal));
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.StartsWith("Warning:", StringComparison.Ordinal) || l.StartsWith("Error:", StringComparison.Ordinal) || l.StartsWith("Critical:", StringComparison.Ordinal));
     }
 
     [Fact]

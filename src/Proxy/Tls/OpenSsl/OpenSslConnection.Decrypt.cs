@@ -50,7 +50,7 @@ internal sealed partial class OpenSslConnection
             if (ex is OpenSslException)
             {
                 // Abortive close: nothing more is trusted from this peer.
-                if (FailTls())
+                if (FailedFirst(Operation.Decrypt))
                 {
                     _metrics.ConnectionFailed("decrypt");
                     _abort(ex);
@@ -139,7 +139,7 @@ internal sealed partial class OpenSslConnection
                     case Interop.Closed:
                         return (consumed + offset, true);
                     default:
-                        throw new OpenSslException($"TLS error: {Interop.ConnectionErrorText(_handle)}");
+                        throw new OpenSslException($"TLS error: {FailureReason}");
                 }
 
                 break;

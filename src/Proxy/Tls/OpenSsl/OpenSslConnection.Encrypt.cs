@@ -101,20 +101,21 @@ internal sealed partial class OpenSslConnection
         }
         catch (Exception ex)
         {
-            if (ex is OpenSslException && !FailTls())
+            if (ex is OpenSslException)
             {
-                // The decrypt pump failed the connection first, and OpenSSL refuses the SSL object
-                // from then on: not an encrypt error of its own, and nothing for Kestrel to report
-                // (an exception here is logged as an unexpected error in its response flush).
+                // Counted and reported only if this pump's operation failed first; else the decrypt
+                // pump failed the connection and OpenSSL refuses the SSL object from then on.
+                if (FailedFirst(Operation.Encrypt, Operation.Shutdown))
+                {
+                    _metrics.ConnectionFailed("encrypt");
+                    _abort(ex);
+                }
+
+                // The abort ends the connection. An exception handed to Kestrel's writer would be
+                // logged as an unexpected error of its response flush; a completed flush is not.
                 await _output.Reader.CompleteAsync().ConfigureAwait(false);
                 await _transport.Output.CompleteAsync(ex).ConfigureAwait(false);
                 return;
-            }
-
-            if (ex is OpenSslException)
-            {
-                _metrics.ConnectionFailed("encrypt");
-                _abort(ex);
             }
 
             await _output.Reader.CompleteAsync(ex).ConfigureAwait(false);
@@ -155,7 +156,7 @@ internal sealed partial class OpenSslConnection
                     direct += call.Direct;
                     if (call.Status < 0)
                     {
-                        throw new OpenSslException($"TLS error: {Interop.ConnectionErrorText(_handle)}");
+                        throw new OpenSslException($"TLS error: {FailureReason}");
                     }
 
                     if (call.Consumed == 0 && call.Produced == 0 && call.Pending == 0)

@@ -131,6 +131,14 @@ internal sealed partial class OpenSslConnection
             }
 
             _pending = result.Pending;
+            if (result.Status == Interop.Error && _firstFailure is null)
+            {
+                // Under the lock: the pump that fails the connection is the one whose operation
+                // failed first, not whichever catches its exception first, and the reason is read
+                // before the other pump's call can overwrite it.
+                _firstFailure = operation;
+                _failureReason = Interop.ConnectionErrorText(_handle);
+            }
         }
 
         if (result.Spilled > 0)
@@ -150,11 +158,30 @@ internal sealed partial class OpenSslConnection
     }
 
     /// <summary>
-    /// Marks the connection failed by a TLS error; true for the first pump to fail it, which
-    /// counts and reports the error. The other then fails too (OpenSSL refuses an SSL object
-    /// after a fatal error), and is neither a second error nor a second reason.
+    /// Whether the first TLS error of this connection came from one of operations, or none came
+    /// from OpenSSL (the pump's own check failed): that pump counts and reports it. The other pump
+    /// then fails too (OpenSSL refuses an SSL object after a fatal error), and is neither a second
+    /// error nor a second reason.
     /// </summary>
-    private bool FailTls() => Interlocked.Exchange(ref _tlsFailed, 1) == 0;
+    private bool FailedFirst(params ReadOnlySpan<Operation> operations)
+    {
+        lock (_native)
+        {
+            return _firstFailure is not { } first || operations.Contains(first);
+        }
+    }
+
+    /// <summary>OpenSSL's reason for the connection's first TLS error.</summary>
+    private string FailureReason
+    {
+        get
+        {
+            lock (_native)
+            {
+                return _failureReason ?? "unknown";
+            }
+        }
+    }
 
     /// <summary>Moves spilled bytes into the transport pipe (only the pipe's writer may call this).</summary>
     private void DrainSpill(int pending)

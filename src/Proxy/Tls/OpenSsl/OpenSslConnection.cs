@@ -51,8 +51,9 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     // Set by the decrypt pump when the client's side of the TCP connection ended (FIN or reset).
     private bool _peerClosed;
 
-    // 1 once a pump has failed the connection on a TLS error (FailTls).
-    private int _tlsFailed;
+    // The operation whose TLS error failed the connection first, and OpenSSL's reason (under _native).
+    private Operation? _firstFailure;
+    private string? _failureReason;
 
     /// <param name="server">The contexts to handshake with.</param>
     /// <param name="transport">The socket's pipes.</param>
