@@ -43,16 +43,8 @@ internal static class ProxyErrorResponses
         if (rejected is not null && !context.Response.HasStarted && !context.RequestAborted.IsCancellationRequested)
         {
             TernLog.RequestBodyRejected(Logger(context), context.Request.Method, context.Request.Path, rejected.StatusCode, rejected.Message, route);
-            context.Response.Clear();
-            context.Response.StatusCode = rejected.StatusCode;
-            context.Response.ContentType = "text/plain; charset=utf-8";
-            context.Response.Headers.CacheControl = "no-store";
-            if (HttpProtocol.IsHttp11(context.Request.Protocol))
-            {
-                context.Response.Headers.Connection = "close"; // what follows the refused body cannot be framed
-            }
-
-            await context.Response.WriteAsync($"{rejected.StatusCode} {ReasonPhrase(rejected.StatusCode)}: the request body was rejected ({rejected.Message})\n");
+            // Over HTTP/1.1, what follows the refused body cannot be framed: close.
+            await RespondAsync(context, rejected.StatusCode, $"the request body was rejected ({rejected.Message})", close: HttpProtocol.IsHttp11(context.Request.Protocol));
             return;
         }
 
@@ -76,7 +68,18 @@ internal static class ProxyErrorResponses
             return;
         }
 
+        await RespondAsync(context, status, reason);
+    }
+
+    /// <summary>The plain-text answer: status, reason phrase and Tern's reason, never cached.</summary>
+    private static async Task RespondAsync(HttpContext context, int status, string reason, bool close = false)
+    {
         context.Response.Clear();
+        if (close)
+        {
+            context.Response.Headers.Connection = "close";
+        }
+
         context.Response.StatusCode = status;
         context.Response.ContentType = "text/plain; charset=utf-8";
         context.Response.Headers.CacheControl = "no-store";
