@@ -36,7 +36,7 @@ internal sealed partial class OpenSslConnection
                         return "closed";
                     default:
                         ClientCertificateRefused = Interop.ConnectionClientCertificateRefused(_handle) == 1;
-                        return $"protocol: {Interop.ConnectionErrorText(_handle)}";
+                        return $"protocol: {FailureReason}";
                 }
             }
         }
