@@ -56,6 +56,12 @@ internal static class ProxyErrorResponses
             }
 
             TernLog.ClientClosedRequest(Logger(context), context.Request.Method, context.Request.Path, route);
+
+            // The client is gone, and the upstream request YARP gave up on may still hold a read on
+            // the request body. Aborting tells Kestrel not to drain that body: it would find the read
+            // in progress and log an error for every client that resets during an upload
+            // (dotnet/aspnetcore#17840).
+            context.Abort();
             return;
         }
 
