@@ -46,6 +46,7 @@ public static class TlsListenOptionsExtensions
         // With client certificates on, options are per connection, so that a refusal is logged with
         // the connection it refused.
         var cache = new ConditionalWeakTable<ServerCertificate, SslServerAuthenticationOptions>();
+        listenOptions.Use(next => context => SslStreamFirstBytesAsync(context, next, configuration.Current.Settings.HandshakeTimeout, logger));
         listenOptions.UseHttps(new TlsHandshakeCallbackOptions
         {
             HandshakeTimeout = configuration.Current.Settings.HandshakeTimeout,
@@ -59,6 +60,54 @@ public static class TlsListenOptionsExtensions
             },
         });
         return listenOptions;
+    }
+
+    /// <summary>
+    /// Answers a plain-HTTP request with a 400 before SslStream sees it, and keeps a client's
+    /// malformed hello out of the error log. SslStream takes a first record it cannot read as a
+    /// ClientHello (plain HTTP, an empty handshake record, garbage) for a missing certificate and
+    /// throws NotSupportedException ("must use a certificate with the associated private key"),
+    /// which Kestrel logs as an error with a stack trace: any client could write one per
+    /// connection. It is logged at Debug here, like any failed handshake.
+    /// </summary>
+    private static async Task SslStreamFirstBytesAsync(Microsoft.AspNetCore.Connections.ConnectionContext context, Microsoft.AspNetCore.Connections.ConnectionDelegate next,
+        TimeSpan handshakeTimeout, ILogger logger)
+    {
+        var input = context.Transport.Input;
+        var remote = context.RemoteEndPoint?.ToString() ?? "-";
+        System.IO.Pipelines.ReadResult read;
+        try
+        {
+            using var timeout = new CancellationTokenSource(handshakeTimeout);
+            read = await input.ReadAsync(timeout.Token);
+            while (read.Buffer.FirstSpan is [not NotTls.HandshakeRecord, ..] && read.Buffer.Length < 16 && !read.IsCompleted)
+            {
+                input.AdvanceTo(read.Buffer.Start, read.Buffer.End); // a request line may come in pieces
+                read = await input.ReadAsync(timeout.Token);
+            }
+        }
+        catch (Exception ex) when (ex is OperationCanceledException or IOException or Microsoft.AspNetCore.Connections.ConnectionResetException)
+        {
+            return; // silent or gone before its first bytes: nothing to answer
+        }
+
+        var isPlainHttp = NotTls.IsPlainHttp(read.Buffer);
+        input.AdvanceTo(read.Buffer.Start); // not examined: SslStream reads these bytes again at once
+        if (isPlainHttp)
+        {
+            TernLog.HandshakeFailed(logger, context.ConnectionId, remote, "a plain HTTP request on the HTTPS port (answered 400)");
+            await NotTls.AnswerPlainHttpAsync(context.Transport);
+            return;
+        }
+
+        try
+        {
+            await next(context);
+        }
+        catch (NotSupportedException ex) when (ex.TargetSite?.DeclaringType == typeof(SslStream))
+        {
+            TernLog.HandshakeFailed(logger, context.ConnectionId, remote, "no ClientHello SslStream could read in the first record");
+        }
     }
 
     private static SslServerAuthenticationOptions Options(ServerCertificate certificate, List<SslApplicationProtocol> protocols, ClientCertificateTrust trust,

@@ -123,7 +123,7 @@ public sealed class TlsMetrics : IDisposable
         _handshakeDuration.Record(duration.TotalSeconds, tags);
     }
 
-    /// <summary>A failed handshake; reason is a short class ("timeout", "protocol", "closed").</summary>
+    /// <summary>A failed handshake; reason is a short class ("timeout", "protocol", "closed", "plain_http", "client_certificate").</summary>
     public void HandshakeFailed(TimeSpan duration, string reason)
     {
         var tags = new TagList { { "tern.tls.handshake.result", "failure" }, { "error.type", reason } };

@@ -106,6 +106,64 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
         Assert.Equal(HttpStatusCode.OK, (await client.GetAsync(new Uri("/name", UriKind.Relative))).StatusCode);
     }
 
+    [Theory]
+    [InlineData(0)] // GET
+    [InlineData(1024 * 1024)] // a POST whose body is still coming when the answer goes out
+    public async Task PlainHttpOnTheHttpsPort_Gets400SayingSo(int bodyLength)
+    {
+        var body = Path.GetTempFileName();
+        await File.WriteAllBytesAsync(body, new byte[bodyLength]);
+        string[] post = bodyLength > 0 ? ["--data-binary", $"@{body}"] : [];
+        var after = _tern.Logs.Count;
+
+        var (exit, output) = await Tool.RunAsync("curl", ["-sS", "-i", .. post, $"http://127.0.0.1:{_tern.Config.HttpsPort}/name"]);
+        File.Delete(body);
+
+        Assert.True(exit == 0, output);
+        Assert.StartsWith("HTTP/1.1 400 Bad Request", output, StringComparison.Ordinal);
+        Assert.EndsWith("the request came as plain HTTP; use https://\n", output, StringComparison.Ordinal);
+        await _tern.Logs.WaitForAsync("a plain HTTP request on the HTTPS port (answered 400)", after: after);
+        AssertNoWarningOrError();
+    }
+
+    public static TheoryData<string, string> NotAHello() => new()
+    {
+        { "empty handshake records", "1603010000160301000016030100001603010000" },
+        { "garbage", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff" },
+        { "an alert before the hello", "15030100020228" },
+        { "SSLv2 hello", "802b0103010012000000100100800700c0030080060040040080020080" },
+    };
+
+    [Theory]
+    [MemberData(nameof(NotAHello))]
+    public async Task FirstBytesNotAClientHello_CloseTheConnection_WithoutAWarning(string what, string hex)
+    {
+        using var socket = new System.Net.Sockets.Socket(System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        await socket.SendAsync(Convert.FromHexString(hex));
+        socket.Shutdown(System.Net.Sockets.SocketShutdown.Send);
+
+        // An alert or nothing, then the close. (SslStream took some of these for a missing
+        // certificate, and Kestrel logged that as an error with a stack trace.)
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+        var answer = new MemoryStream();
+        var buffer = new byte[4096];
+        int read;
+        while ((read = await socket.ReceiveAsync(buffer, timeout.Token)) > 0)
+        {
+            answer.Write(buffer, 0, read);
+        }
+
+        Assert.True(answer.Length == 0 || answer.GetBuffer()[0] == 0x15, $"{what}: {Convert.ToHexString(answer.ToArray())}");
+        await Task.Delay(300); // Kestrel logs what escapes a connection after closing it
+        AssertNoWarningOrError();
+        using var client = _tern.CreateClient();
+        Assert.Equal("up", await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
+    }
+
+    private void AssertNoWarningOrError() =>
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.StartsWith("Warning:", StringComparison.Ordinal) || l.StartsWith("Error:", StringComparison.Ordinal) || l.StartsWith("Critical:", StringComparison.Ordinal));
+
     [Fact]
     public async Task NoCertificateConfigured_GeneratesSelfSignedOnceAndKeepsIt()
     {

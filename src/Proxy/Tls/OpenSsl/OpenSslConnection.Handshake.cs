@@ -6,18 +6,24 @@ internal sealed partial class OpenSslConnection
 {
     /// <summary>
     /// Runs the handshake over the transport. Returns null when it completed, else a short reason
-    /// ("timeout", "closed", "protocol: ...") for metrics and logs. Ciphertext that arrives after
-    /// the client's Finished stays in the transport pipe for the decrypt pump.
+    /// ("timeout", "closed", "plain_http", "protocol: ...") for metrics and logs. Ciphertext that
+    /// arrives after the client's Finished stays in the transport pipe for the decrypt pump.
     /// </summary>
     public async Task<string?> HandshakeAsync(CancellationToken cancellationToken)
     {
         try
         {
-            while (true)
+            for (var first = true; ; first = false)
             {
                 var read = await _transport.Input.ReadAsync(cancellationToken).ConfigureAwait(false);
                 var buffer = read.Buffer;
                 var (status, consumed) = HandshakeStep(buffer);
+                if (status == Interop.Error && first && NotTls.IsPlainHttp(buffer))
+                {
+                    _transport.Input.AdvanceTo(buffer.End);
+                    return NotTls.PlainHttpFailure; // OpenSSL sent no alert: the answer is a 400
+                }
+
                 var position = buffer.GetPosition(consumed);
 
                 // Once the handshake is done, bytes after the client's Finished (often its first

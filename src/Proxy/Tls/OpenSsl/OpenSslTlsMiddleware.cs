@@ -41,6 +41,14 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
         if (failure is not null)
         {
             var remote = context.RemoteEndPoint?.ToString() ?? "-";
+            if (failure == NotTls.PlainHttpFailure)
+            {
+                metrics.HandshakeFailed(elapsed, failure);
+                TernLog.HandshakeFailed(logger, context.ConnectionId, remote, "a plain HTTP request on the HTTPS port (answered 400)");
+                await NotTls.AnswerPlainHttpAsync(context.Transport);
+                return;
+            }
+
             if (tls.ClientCertificateRefused)
             {
                 metrics.HandshakeFailed(elapsed, TlsMetrics.ClientCertificateRefused);
@@ -52,9 +60,17 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
                 TernLog.HandshakeFailed(logger, context.ConnectionId, remote, failure);
             }
 
-            // Close gracefully, so that the alert OpenSSL wrote (protocol_version, ...) reaches the
-            // client before the FIN; an abort could drop it from the send buffer.
-            await context.Transport.Output.CompleteAsync();
+            // Close so that the alert OpenSSL wrote (protocol_version, ...) reaches the client: not
+            // by an abort, and, unless the client stayed silent, not with its input unread.
+            if (failure == "timeout")
+            {
+                await context.Transport.Output.CompleteAsync();
+            }
+            else
+            {
+                await NotTls.CloseAfterAsync(context.Transport);
+            }
+
             return;
         }
 

@@ -1,0 +1,98 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Text;
+
+namespace Tern.Proxy.Tls;
+
+/// <summary>
+/// What the HTTPS listener does with a client that does not speak TLS. A request sent as plain
+/// HTTP (http:// to the HTTPS port, a health check set up without TLS) is answered with a 400 that
+/// says so, as nginx does, rather than an empty reply; anything else is closed. Both engines use it.
+/// </summary>
+internal static class NotTls
+{
+    /// <summary>The first byte of a TLS handshake record.</summary>
+    public const byte HandshakeRecord = 0x16;
+
+    /// <summary>The handshake failure (and error.type) of a plain-HTTP request.</summary>
+    public const string PlainHttpFailure = "plain_http";
+
+    /// <summary>How long the client may take to close after the answer (see <see cref="CloseAfterAsync"/>).</summary>
+    public static readonly TimeSpan Linger = TimeSpan.FromSeconds(2);
+
+    private static readonly byte[] s_answer = Answer();
+
+    /// <summary>
+    /// Whether the client's first bytes are an HTTP request line: a method of upper-case letters
+    /// and a space ("GET ", "OPTIONS ", "CONNECT ").
+    /// </summary>
+    public static bool IsPlainHttp(ReadOnlySequence<byte> start)
+    {
+        Span<byte> head = stackalloc byte[16];
+        var length = (int)Math.Min(start.Length, head.Length);
+        start.Slice(0, length).CopyTo(head);
+        for (var i = 0; i < length; i++)
+        {
+            if (head[i] == (byte)' ')
+            {
+                return i >= 3;
+            }
+
+            if (head[i] is < (byte)'A' or > (byte)'Z')
+            {
+                return false;
+            }
+        }
+
+        return false;
+    }
+
+    /// <summary>Answers a plain-HTTP request on the TLS port with a 400 and closes.</summary>
+    public static async Task AnswerPlainHttpAsync(IDuplexPipe transport)
+    {
+        await transport.Output.WriteAsync(s_answer);
+        await CloseAfterAsync(transport);
+    }
+
+    /// <summary>
+    /// Closes after what was written (a 400, a TLS alert) has a chance to reach the client: first
+    /// reads and discards what the client still sends until it closes, for at most <see cref="Linger"/>.
+    /// Closing a socket with unread input makes the kernel reset the connection, and the reset
+    /// discards what the client had not read yet.
+    /// </summary>
+    public static async Task CloseAfterAsync(IDuplexPipe transport)
+    {
+        using (var linger = new CancellationTokenSource(Linger))
+        {
+            try
+            {
+                while (true)
+                {
+                    var read = await transport.Input.ReadAsync(linger.Token);
+                    transport.Input.AdvanceTo(read.Buffer.End);
+                    if (read.IsCompleted || read.IsCanceled)
+                    {
+                        break;
+                    }
+                }
+            }
+            catch (Exception ex) when (ex is OperationCanceledException or IOException or Microsoft.AspNetCore.Connections.ConnectionResetException)
+            {
+                // The client did not close within the linger, or reset: close anyway.
+            }
+        }
+
+        await transport.Output.CompleteAsync();
+    }
+
+    private static byte[] Answer()
+    {
+        const string body = "400 Bad Request: this port speaks HTTPS, and the request came as plain HTTP; use https://\n";
+        return Encoding.ASCII.GetBytes(
+            "HTTP/1.1 400 Bad Request\r\n" +
+            "Content-Type: text/plain; charset=utf-8\r\n" +
+            $"Content-Length: {body.Length}\r\n" +
+            "Cache-Control: no-store\r\n" +
+            "Connection: close\r\n\r\n" + body);
+    }
+}
