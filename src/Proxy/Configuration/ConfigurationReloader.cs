@@ -97,16 +97,19 @@ internal sealed class ConfigurationReloader(
             // before the files are read, on the files in force and those this reload will read, so
             // that a renewal landing while they are read (a key written after its certificate)
             // schedules another reload instead of going unseen.
-            WatchCertificates(more: CertificateFileWatch.FilesToRead(live));
+            var toRead = CertificateFileWatch.FilesToRead(live).ToList();
+            WatchCertificates(more: toRead);
             try
             {
                 ApplyLocked();
             }
             finally
             {
-                // Again on the files now in force alone, keeping the view from before the read: a
-                // file that changed after it (say during YARP's verdict) still schedules a reload.
-                WatchCertificates(keepView: true);
+                // Again, keeping the view from before the read: a file that changed after it (say
+                // during YARP's verdict) still schedules a reload. The files this reload read stay
+                // watched even if it was rejected: settings may name files a deployment writes
+                // later, and their arrival must bring the reload back.
+                WatchCertificates(keepView: true, more: toRead);
             }
         }
     }

@@ -187,6 +187,25 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Reload_CertificatePathsNamedBeforeTheFilesExist_AreAppliedWhenTheyAppear()
+    {
+        var old = Directory.CreateTempSubdirectory("tern-old-").FullName;
+        var future = Directory.CreateTempSubdirectory("tern-future-").FullName;
+        var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", TestPki.Create("site", ["localhost"], old), []));
+        await using var tern = await TernInstance.StartAsync(config);
+
+        // The settings name files a deployment has not written yet: rejected, the old certificate stays...
+        config.Certificates(("site", new PemPair(Path.Combine(future, "site.crt"), Path.Combine(future, "site.key"), "-"), []));
+        var after = tern.Logs.Count;
+        await tern.RewriteConfigAsync(config.ToJson());
+        await tern.Logs.WaitForAsync("Configuration reload rejected", after: after);
+
+        // ...until the files appear, with no further edit of the settings.
+        var arrived = TestPki.Create("site", ["localhost"], future);
+        Assert.Equal(arrived.Thumbprint, await EventuallyServedAsync(tern, arrived.Thumbprint));
+    }
+
+    [Fact]
     public async Task Reload_KubernetesSecretSwapped_NewHandshakesGetRenewedCertificate()
     {
         // A secret as the kubelet mounts it: tls.crt -> ..data/tls.crt and ..data -> a timestamped
