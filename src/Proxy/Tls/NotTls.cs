@@ -1,6 +1,8 @@
 using System.Buffers;
 using System.IO.Pipelines;
 using System.Text;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.Logging;
 
 namespace Tern.Proxy.Tls;
 
@@ -47,11 +49,12 @@ internal static class NotTls
         return false;
     }
 
-    /// <summary>Answers a plain-HTTP request on the TLS port with a 400 and closes.</summary>
-    public static async Task AnswerPlainHttpAsync(IDuplexPipe transport)
+    /// <summary>Logs a plain-HTTP request on the TLS port as a failed handshake, answers it with a 400 and closes.</summary>
+    public static async Task AnswerPlainHttpAsync(ConnectionContext context, ILogger logger)
     {
-        await transport.Output.WriteAsync(s_answer);
-        await CloseAfterAsync(transport);
+        TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", "a plain HTTP request on the HTTPS port (answered 400)");
+        await context.Transport.Output.WriteAsync(s_answer);
+        await CloseAfterAsync(context.Transport);
     }
 
     /// <summary>
@@ -76,7 +79,7 @@ internal static class NotTls
                     }
                 }
             }
-            catch (Exception ex) when (ex is OperationCanceledException or IOException or Microsoft.AspNetCore.Connections.ConnectionResetException)
+            catch (Exception ex) when (ex is OperationCanceledException or IOException or ConnectionResetException)
             {
                 // The client did not close within the linger, or reset: close anyway.
             }

@@ -74,7 +74,6 @@ public static class TlsListenOptionsExtensions
         TimeSpan handshakeTimeout, ILogger logger)
     {
         var input = context.Transport.Input;
-        var remote = context.RemoteEndPoint?.ToString() ?? "-";
         System.IO.Pipelines.ReadResult read;
         try
         {
@@ -95,8 +94,7 @@ public static class TlsListenOptionsExtensions
         input.AdvanceTo(read.Buffer.Start); // not examined: SslStream reads these bytes again at once
         if (isPlainHttp)
         {
-            TernLog.HandshakeFailed(logger, context.ConnectionId, remote, "a plain HTTP request on the HTTPS port (answered 400)");
-            await NotTls.AnswerPlainHttpAsync(context.Transport);
+            await NotTls.AnswerPlainHttpAsync(context, logger);
             return;
         }
 
@@ -106,7 +104,7 @@ public static class TlsListenOptionsExtensions
         }
         catch (NotSupportedException ex) when (ex.TargetSite?.DeclaringType == typeof(SslStream))
         {
-            TernLog.HandshakeFailed(logger, context.ConnectionId, remote, "no ClientHello SslStream could read in the first record");
+            TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", "no ClientHello SslStream could read in the first record");
         }
     }
 

@@ -44,8 +44,7 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
             if (failure == NotTls.PlainHttpFailure)
             {
                 metrics.HandshakeFailed(elapsed, failure);
-                TernLog.HandshakeFailed(logger, context.ConnectionId, remote, "a plain HTTP request on the HTTPS port (answered 400)");
-                await NotTls.AnswerPlainHttpAsync(context.Transport);
+                await NotTls.AnswerPlainHttpAsync(context, logger);
                 return;
             }
 
