@@ -38,6 +38,9 @@ internal static partial class TernLog
     [LoggerMessage(203, LogLevel.Debug, "TLS handshake failed on connection {ConnectionId} from {Remote}: {Reason}")]
     public static partial void HandshakeFailed(ILogger logger, string connectionId, string remote, string reason);
 
+    [LoggerMessage(205, LogLevel.Debug, "Connection {ConnectionId} from {Remote} closed: {Reason}")]
+    public static partial void ConnectionFailed(ILogger logger, string connectionId, string remote, string reason);
+
     [LoggerMessage(204, LogLevel.Debug, "TLS client certificate refused on connection {ConnectionId} from {Remote}: {Reason} (Tern:Https:ClientCertificates)")]
     public static partial void ClientCertificateRefused(ILogger logger, string connectionId, string remote, string reason);
 

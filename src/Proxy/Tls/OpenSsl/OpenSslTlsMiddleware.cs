@@ -19,7 +19,13 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
     {
         var snapshot = active.Current;
         await using var tls = new OpenSslConnection(engine.ServerFor(snapshot), context.Transport, metrics,
-            error => context.Abort(new ConnectionAbortedException($"TLS error: {error.Message}", error)));
+            error =>
+            {
+                // After the handshake: the reason OpenSSL gave, as for a failed handshake (Kestrel
+                // has it only in its own Debug line for the abort).
+                TernLog.ConnectionFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", error.Message);
+                context.Abort(new ConnectionAbortedException(error.Message, error));
+            });
         var started = Stopwatch.GetTimestamp();
         string? failure;
         // Only the timeout cancels the handshake's reads. A client that goes away ends the
