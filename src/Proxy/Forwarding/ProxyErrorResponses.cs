@@ -35,6 +35,16 @@ internal static class ProxyErrorResponses
             return;
         }
 
+        // An upstream may answer before it has read the request body (an HTTP/2 upstream refusing
+        // an upload, say). YARP then copies the whole response and only after it reports the body's
+        // copy as failed (a failed response copy is reported as such instead): the client got its
+        // answer and is still there. Nothing failed that it or the upstream should hear about.
+        var clientGone = context.RequestAborted.IsCancellationRequested;
+        if (!clientGone && context.Response.HasStarted && error.Error is ForwarderError.RequestBodyClient or ForwarderError.RequestBodyCanceled)
+        {
+            return;
+        }
+
         // The client's side failed, not the upstream's: a body Kestrel refused (malformed 400, too
         // large 413, too slow 408) is answered with Kestrel's status; any other failure there is a
         // client that went away (499).
@@ -48,7 +58,7 @@ internal static class ProxyErrorResponses
             return;
         }
 
-        if (clientSide || context.RequestAborted.IsCancellationRequested || error.Error is ForwarderError.RequestCanceled or ForwarderError.RequestBodyCanceled or ForwarderError.ResponseBodyCanceled or ForwarderError.UpgradeRequestCanceled or ForwarderError.UpgradeResponseCanceled)
+        if (clientSide || clientGone || error.Error is ForwarderError.RequestCanceled or ForwarderError.RequestBodyCanceled or ForwarderError.ResponseBodyCanceled or ForwarderError.UpgradeRequestCanceled or ForwarderError.UpgradeResponseCanceled)
         {
             if (!context.Response.HasStarted)
             {
@@ -57,9 +67,10 @@ internal static class ProxyErrorResponses
 
             TernLog.ClientClosedRequest(Logger(context), context.Request.Method, context.Request.Path, route);
 
-            // The client is gone, and the upstream request YARP gave up on may still hold a read on
-            // the request body. Aborting tells Kestrel not to drain that body: it would find the read
-            // in progress and log an error for every client that resets during an upload
+            // The client is gone or its side broke (a reset shows here before RequestAborted
+            // does), and the upstream request YARP gave up on may still hold a read on the request
+            // body. Aborting tells Kestrel not to drain that body: it would find the read in
+            // progress and log an error for every client that resets during an upload
             // (dotnet/aspnetcore#17840).
             context.Abort();
             return;

@@ -71,6 +71,77 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.DoesNotContain(_tern.Logs.Lines, l => l.StartsWith("Error:", StringComparison.Ordinal) || l.StartsWith("Critical:", StringComparison.Ordinal));
     }
 
+    /// <summary>
+    /// An HTTP/2 upstream may answer before it has read the request body; YARP then copies the whole
+    /// response and reports the body's copy as failed on the client's side. The client is still
+    /// there and must get all of the answer (a first version of the 499 path aborted it).
+    /// </summary>
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task UpstreamAnswersBeforeReadingTheBody_ClientGetsTheWholeAnswer(string version)
+    {
+        await using var early = await TestUpstream.StartAsync("early", http2: true);
+        var config = new TernConfig(engine).Route("all", "h2c", "{**catch-all}")
+            .Cluster("h2c", [early], new JsonObject { ["HttpRequest"] = new JsonObject { ["Version"] = "2", ["VersionPolicy"] = "RequestVersionExact" } });
+        await using var tern = await TernInstance.StartAsync(config);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+        if (version == "2.0")
+        {
+            // 64 KB of a body that never ends: the upstream answers without waiting for it.
+            using var client = tern.CreateClient(version: HttpVersion.Version20);
+            using var response = await client.PostAsync(new Uri("/early", UriKind.Relative), new EndlessContent(), timeout.Token);
+            var answer = await response.Content.ReadAsByteArrayAsync(timeout.Token);
+
+            Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+            Assert.Equal(100 * 1024, answer.Length);
+            await Task.Delay(300);
+            Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains("returned 499", StringComparison.Ordinal));
+            return;
+        }
+
+        // .NET's HTTP/1.1 client sends the whole body before it reads: by hand, 64 KB of 1 MB.
+        using var socket = new System.Net.Sockets.Socket(System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+        await socket.ConnectAsync(IPAddress.Loopback, tern.Config.HttpsPort);
+        await using var tls = new System.Net.Security.SslStream(new System.Net.Sockets.NetworkStream(socket, ownsSocket: false), false, (_, _, _, _) => true);
+        await tls.AuthenticateAsClientAsync(new System.Net.Security.SslClientAuthenticationOptions { TargetHost = "localhost", ApplicationProtocols = [System.Net.Security.SslApplicationProtocol.Http11] });
+        await tls.WriteAsync(Encoding.ASCII.GetBytes("POST /early HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1048576\r\n\r\n"), timeout.Token);
+        await tls.WriteAsync(new byte[64 * 1024], timeout.Token);
+        var received = new MemoryStream();
+        var buffer = new byte[64 * 1024];
+        int read;
+        while (!received.ToArray().AsSpan().EndsWith("\r\n0\r\n\r\n"u8) && (read = await tls.ReadAsync(buffer, timeout.Token)) > 0)
+        {
+            received.Write(buffer, 0, read);
+        }
+
+        Assert.StartsWith("HTTP/1.1 200", Encoding.ASCII.GetString(received.ToArray()), StringComparison.Ordinal);
+        Assert.True(received.ToArray().AsSpan().EndsWith("\r\n0\r\n\r\n"u8), "the chunked answer was cut short");
+
+        // Not logged as a client that went away. (Kestrel still logs that it could not drain the
+        // rest of the body, which YARP's abandoned copy holds a read on: dotnet/aspnetcore#17840.)
+        await Task.Delay(300);
+        Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains("returned 499", StringComparison.Ordinal));
+    }
+
+    private sealed class EndlessContent : HttpContent
+    {
+        protected override Task SerializeToStreamAsync(Stream stream, System.Net.TransportContext? context) => SerializeToStreamAsync(stream, context, CancellationToken.None);
+
+        protected override async Task SerializeToStreamAsync(Stream stream, System.Net.TransportContext? context, CancellationToken cancellationToken)
+        {
+            await stream.WriteAsync(new byte[64 * 1024], cancellationToken);
+            await stream.FlushAsync(cancellationToken);
+            await Task.Delay(Timeout.Infinite, cancellationToken);
+        }
+
+        protected override bool TryComputeLength(out long length)
+        {
+            length = 0;
+            return false;
+        }
+    }
+
     [Theory]
     [InlineData("Transfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\nzz\r\n", "HTTP/1.1 400")] // a bad chunk
     [InlineData("Content-Length: 40000000\r\n\r\n", "HTTP/1.1 413")] // over Kestrel's 30 MB limit

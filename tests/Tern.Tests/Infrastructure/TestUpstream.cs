@@ -39,13 +39,15 @@ public sealed class TestUpstream : IAsyncDisposable
         return bytes;
     }
 
-    public static async Task<TestUpstream> StartAsync(string name = "up")
+    /// <param name="name">What /name answers.</param>
+    /// <param name="http2">Speak HTTP/2 without TLS (prior knowledge, as YARP's h2c clusters do) instead of HTTP/1.1.</param>
+    public static async Task<TestUpstream> StartAsync(string name = "up", bool http2 = false)
     {
         var builder = WebApplication.CreateSlimBuilder();
         builder.Logging.ClearProviders();
         builder.WebHost.UseKestrel(k =>
         {
-            k.Listen(IPAddress.Loopback, 0);
+            k.Listen(IPAddress.Loopback, 0, l => l.Protocols = http2 ? Microsoft.AspNetCore.Server.Kestrel.Core.HttpProtocols.Http2 : l.Protocols);
             k.Limits.MaxRequestBodySize = null;
         });
         var app = builder.Build();
@@ -68,6 +70,15 @@ public sealed class TestUpstream : IAsyncDisposable
             await context.Request.Body.CopyToAsync(received, context.RequestAborted);
             context.Response.ContentLength = received.Length;
             await context.Response.Body.WriteAsync(received.GetBuffer().AsMemory(0, (int)received.Length), context.RequestAborted);
+        });
+        // Answers at once, 100 KB in chunks of 10 KB, without reading the request body.
+        app.MapPost("/early", async context =>
+        {
+            for (var i = 0; i < 10; i++)
+            {
+                await context.Response.Body.WriteAsync(Pattern(10 * 1024), context.RequestAborted);
+                await context.Response.Body.FlushAsync(context.RequestAborted);
+            }
         });
         app.MapGet("/bytes/{length:int}", (int length) => Results.Bytes(Pattern(length), "application/octet-stream"));
         app.MapGet("/headers", (HttpContext context) => Results.Json(context.Request.Headers.ToDictionary(h => h.Key, h => h.Value.ToString())));
