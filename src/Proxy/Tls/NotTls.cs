@@ -19,59 +19,79 @@ internal static class NotTls
     /// <summary>The handshake failure (and error.type) of a plain-HTTP request.</summary>
     public const string PlainHttpFailure = "plain_http";
 
-    /// <summary>How long the client may take to close after the answer (see <see cref="CloseAfterAsync"/>).</summary>
+    /// <summary>
+    /// How long the client may take to close after the answer (see <see cref="CloseAfterAsync"/>),
+    /// at most: never past the handshake's deadline, which bounds how long any client that has
+    /// not completed a handshake holds a connection.
+    /// </summary>
     public static readonly TimeSpan Linger = TimeSpan.FromSeconds(2);
 
     private static readonly byte[] s_answer = Answer();
 
+    /// <summary>What a client's first bytes say it speaks.</summary>
+    public enum FirstBytes
+    {
+        /// <summary>Not yet known: upper-case letters so far, a method name that may go on.</summary>
+        Unknown,
+
+        /// <summary>An HTTP request line: a method of 3 or more upper-case letters and a space ("GET ", "CONNECT ").</summary>
+        PlainHttp,
+
+        /// <summary>Anything else: TLS (a handshake record, 0x16), or bytes neither TLS nor HTTP.</summary>
+        Other,
+    }
+
     /// <summary>
-    /// Whether the client's first bytes are an HTTP request line: a method of upper-case letters
-    /// and a space ("GET ", "OPTIONS ", "CONNECT ").
+    /// Classifies the client's first bytes. A TLS client is known at its first byte (0x16, never
+    /// a letter), so this costs a handshake one comparison; bytes that could still begin a method
+    /// name are <see cref="FirstBytes.Unknown"/> until a space or another byte decides, or 16 of
+    /// them have come.
     /// </summary>
-    public static bool IsPlainHttp(ReadOnlySequence<byte> start)
+    public static FirstBytes Classify(ReadOnlySequence<byte> start)
     {
         Span<byte> head = stackalloc byte[16];
         var length = (int)Math.Min(start.Length, head.Length);
         start.Slice(0, length).CopyTo(head);
         for (var i = 0; i < length; i++)
         {
-            if (head[i] == (byte)' ')
+            if (head[i] == (byte)' ' && i >= 3)
             {
-                return i >= 3;
+                return FirstBytes.PlainHttp;
             }
 
             if (head[i] is < (byte)'A' or > (byte)'Z')
             {
-                return false;
+                return FirstBytes.Other;
             }
         }
 
-        return false;
+        return length < head.Length ? FirstBytes.Unknown : FirstBytes.Other;
     }
 
     /// <summary>Logs a plain-HTTP request on the TLS port as a failed handshake, answers it with a 400 and closes.</summary>
-    public static async Task AnswerPlainHttpAsync(ConnectionContext context, ILogger logger)
+    public static async Task AnswerPlainHttpAsync(ConnectionContext context, ILogger logger, TimeSpan handshakeTimeLeft)
     {
         TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", "a plain HTTP request on the HTTPS port (answered 400)");
         await context.Transport.Output.WriteAsync(s_answer);
-        await CloseAfterAsync(context.Transport);
+        await CloseAfterAsync(context.Transport, handshakeTimeLeft);
     }
 
     /// <summary>
     /// Closes after what was written (a 400, a TLS alert) has a chance to reach the client: first
-    /// reads and discards what the client still sends until it closes, for at most <see cref="Linger"/>.
-    /// Closing a socket with unread input makes the kernel reset the connection, and the reset
-    /// discards what the client had not read yet.
+    /// reads and discards what the client still sends until it closes, for at most <see cref="Linger"/>
+    /// and not past the handshake's deadline. Closing a socket with unread input makes the kernel
+    /// reset the connection, and the reset can discard what the client had not read yet (RFC
+    /// 9112, 9.6).
     /// </summary>
-    public static async Task CloseAfterAsync(IDuplexPipe transport)
+    public static async Task CloseAfterAsync(IDuplexPipe transport, TimeSpan handshakeTimeLeft)
     {
-        using (var linger = new CancellationTokenSource(Linger))
+        using (var timeout = new CancellationTokenSource(handshakeTimeLeft < Linger ? TimeSpan.FromTicks(Math.Max(0, handshakeTimeLeft.Ticks)) : Linger))
         {
             try
             {
                 while (true)
                 {
-                    var read = await transport.Input.ReadAsync(linger.Token);
+                    var read = await transport.Input.ReadAsync(timeout.Token);
                     transport.Input.AdvanceTo(read.Buffer.End);
                     if (read.IsCompleted || read.IsCanceled)
                     {

@@ -1,6 +1,7 @@
 using System.Net.Security;
 using System.Runtime.CompilerServices;
 using System.Security.Authentication;
+using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
 using Microsoft.AspNetCore.Server.Kestrel.Https;
 using Microsoft.Extensions.Logging;
@@ -46,10 +47,11 @@ public static class TlsListenOptionsExtensions
         // With client certificates on, options are per connection, so that a refusal is logged with
         // the connection it refused.
         var cache = new ConditionalWeakTable<ServerCertificate, SslServerAuthenticationOptions>();
-        listenOptions.Use(next => context => SslStreamFirstBytesAsync(context, next, configuration.Current.Settings.HandshakeTimeout, logger));
+        var handshakeTimeout = configuration.Current.Settings.HandshakeTimeout; // a start-only setting
+        listenOptions.Use(next => context => SslStreamFirstBytesAsync(context, next, handshakeTimeout, logger));
         listenOptions.UseHttps(new TlsHandshakeCallbackOptions
         {
-            HandshakeTimeout = configuration.Current.Settings.HandshakeTimeout,
+            HandshakeTimeout = handshakeTimeout,
             OnConnection = context =>
             {
                 var snapshot = configuration.Current;
@@ -63,38 +65,52 @@ public static class TlsListenOptionsExtensions
     }
 
     /// <summary>
-    /// Answers a plain-HTTP request with a 400 before SslStream sees it, and keeps a client's
-    /// malformed hello out of the error log. SslStream takes a first record it cannot read as a
-    /// ClientHello (plain HTTP, an empty handshake record, garbage) for a missing certificate and
-    /// throws NotSupportedException ("must use a certificate with the associated private key"),
-    /// which Kestrel logs as an error with a stack trace: any client could write one per
-    /// connection. It is logged at Debug here, like any failed handshake.
+    /// Looks at the client's first bytes before SslStream does, as the OpenSSL engine does: plain
+    /// HTTP gets a 400; bytes that are not a TLS handshake record are closed here. SslStream takes a
+    /// first record it cannot read as a ClientHello for a missing certificate and throws
+    /// NotSupportedException ("must use a certificate with the associated private key"), which
+    /// Kestrel logs as an error with a stack trace: any client could write one per connection.
+    /// Each of these is a failed handshake at Debug under Tern.Proxy.Tls.
     /// </summary>
-    private static async Task SslStreamFirstBytesAsync(Microsoft.AspNetCore.Connections.ConnectionContext context, Microsoft.AspNetCore.Connections.ConnectionDelegate next,
-        TimeSpan handshakeTimeout, ILogger logger)
+    private static async Task SslStreamFirstBytesAsync(ConnectionContext context, ConnectionDelegate next, TimeSpan handshakeTimeout, ILogger logger)
     {
         var input = context.Transport.Input;
-        System.IO.Pipelines.ReadResult read;
+        var started = System.Diagnostics.Stopwatch.GetTimestamp();
+        NotTls.FirstBytes firstBytes;
+        bool startsTls;
         try
         {
             using var timeout = new CancellationTokenSource(handshakeTimeout);
-            read = await input.ReadAsync(timeout.Token);
-            while (read.Buffer.FirstSpan is [not NotTls.HandshakeRecord, ..] && read.Buffer.Length < 16 && !read.IsCompleted)
+            while (true)
             {
-                input.AdvanceTo(read.Buffer.Start, read.Buffer.End); // a request line may come in pieces
-                read = await input.ReadAsync(timeout.Token);
+                var read = await input.ReadAsync(timeout.Token);
+                firstBytes = NotTls.Classify(read.Buffer);
+                startsTls = read.Buffer.FirstSpan is [NotTls.HandshakeRecord, ..];
+                if (firstBytes != NotTls.FirstBytes.Unknown || read.IsCompleted || read.IsCanceled)
+                {
+                    input.AdvanceTo(read.Buffer.Start); // not examined: SslStream reads these bytes again at once
+                    break;
+                }
+
+                input.AdvanceTo(read.Buffer.Start, read.Buffer.End); // a method name may come in pieces
             }
         }
-        catch (Exception ex) when (ex is OperationCanceledException or IOException or Microsoft.AspNetCore.Connections.ConnectionResetException)
+        catch (Exception ex) when (ex is OperationCanceledException or IOException or ConnectionResetException)
         {
-            return; // silent or gone before its first bytes: nothing to answer
+            Failed(ex is OperationCanceledException ? "timeout" : "closed");
+            return;
         }
 
-        var isPlainHttp = NotTls.IsPlainHttp(read.Buffer);
-        input.AdvanceTo(read.Buffer.Start); // not examined: SslStream reads these bytes again at once
-        if (isPlainHttp)
+        if (firstBytes == NotTls.FirstBytes.PlainHttp)
         {
-            await NotTls.AnswerPlainHttpAsync(context, logger);
+            await NotTls.AnswerPlainHttpAsync(context, logger, handshakeTimeout - System.Diagnostics.Stopwatch.GetElapsedTime(started));
+            return;
+        }
+
+        if (!startsTls)
+        {
+            Failed("the first bytes are not a TLS handshake record");
+            await NotTls.CloseAfterAsync(context.Transport, handshakeTimeout - System.Diagnostics.Stopwatch.GetElapsedTime(started));
             return;
         }
 
@@ -102,14 +118,16 @@ public static class TlsListenOptionsExtensions
         {
             await next(context);
         }
-        catch (NotSupportedException ex) when (ex.TargetSite?.DeclaringType == typeof(SslStream))
+        catch (NotSupportedException ex) when (ex.TargetSite is { Name: "AcquireServerCredentials" } site && site.DeclaringType == typeof(SslStream))
         {
-            TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", "no ClientHello SslStream could read in the first record");
+            Failed("no ClientHello SslStream could read in the first record");
         }
+
+        void Failed(string reason) => TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", reason);
     }
 
     private static SslServerAuthenticationOptions Options(ServerCertificate certificate, List<SslApplicationProtocol> protocols, ClientCertificateTrust trust,
-        Microsoft.AspNetCore.Connections.ConnectionContext connection, ILogger logger)
+        ConnectionContext connection, ILogger logger)
     {
         var options = new SslServerAuthenticationOptions
         {

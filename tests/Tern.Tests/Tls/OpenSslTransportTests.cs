@@ -265,6 +265,29 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task FailureNearTheHandshakeDeadline_LingersNoLongerThanTheDeadline()
+    {
+        // A client that fails its handshake just before the deadline and then neither closes nor
+        // reads: the lingering close must not hold the connection past the handshake timeout.
+        using var socket = new Socket(SocketType.Stream, ProtocolType.Tcp);
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        var started = System.Diagnostics.Stopwatch.StartNew();
+        await socket.SendAsync(new byte[] { 0x16, 0x03, 0x01 });
+        await Task.Delay(s_handshakeTimeout - TimeSpan.FromSeconds(0.5));
+        await socket.SendAsync(new byte[] { 0x48, 0x01 }); // the record's length: over 2^14 + 2048, refused at once
+
+        var buffer = new byte[256];
+        using var closedBy = new CancellationTokenSource(s_handshakeTimeout + TimeSpan.FromSeconds(10));
+        while (await socket.ReceiveAsync(buffer, closedBy.Token) > 0)
+        {
+        }
+
+        // Closed at the deadline, give or take this machine's scheduling; with the full 2 s of
+        // lingering it would be 1.5 s later.
+        Assert.True(started.Elapsed < s_handshakeTimeout + TimeSpan.FromSeconds(0.9), $"closed after {started.Elapsed}");
+    }
+
+    [Fact]
     public async Task OversizedHandshakeRecord_IsAnsweredWithAnAlertBeforeTheClose()
     {
         // A record over 2^14 bytes, sent whole: OpenSSL refuses it at its header, with most of it

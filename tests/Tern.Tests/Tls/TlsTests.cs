@@ -126,6 +126,30 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
         AssertNoWarningOrError();
     }
 
+    [Theory]
+    [InlineData("GE", "T /name HTTP/1.1\r\nHost: localhost\r\n\r\n")] // the method in two segments
+    [InlineData("GET /\r\n", "")] // HTTP/0.9's request, 7 bytes
+    public async Task PlainHttpInPiecesOrShort_Gets400(string first, string rest)
+    {
+        using var socket = new System.Net.Sockets.Socket(System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+        socket.NoDelay = true;
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        await socket.SendAsync(System.Text.Encoding.ASCII.GetBytes(first));
+        await Task.Delay(200);
+        await socket.SendAsync(System.Text.Encoding.ASCII.GetBytes(rest));
+
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(5));
+        var answer = new MemoryStream();
+        var buffer = new byte[4096];
+        int read;
+        while ((read = await socket.ReceiveAsync(buffer, timeout.Token)) > 0)
+        {
+            answer.Write(buffer, 0, read);
+        }
+
+        Assert.StartsWith("HTTP/1.1 400 Bad Request", System.Text.Encoding.ASCII.GetString(answer.ToArray()), StringComparison.Ordinal);
+    }
+
     public static TheoryData<string, string> NotAHello() => new()
     {
         { "empty handshake records", "1603010000160301000016030100001603010000" },

@@ -13,17 +13,31 @@ internal sealed partial class OpenSslConnection
     {
         try
         {
-            for (var first = true; ; first = false)
+            var firstBytes = NotTls.FirstBytes.Unknown;
+            while (true)
             {
                 var read = await _transport.Input.ReadAsync(cancellationToken).ConfigureAwait(false);
                 var buffer = read.Buffer;
-                var (status, consumed) = HandshakeStep(buffer);
-                if (status == Interop.Error && first && NotTls.IsPlainHttp(buffer))
+                if (firstBytes == NotTls.FirstBytes.Unknown && (firstBytes = NotTls.Classify(buffer)) != NotTls.FirstBytes.Other)
                 {
-                    _transport.Input.AdvanceTo(buffer.End);
-                    return NotTls.PlainHttpFailure; // OpenSSL sent no alert: the answer is a 400
+                    // Plain HTTP gets a 400 (OpenSSL would close without a word); the start of a
+                    // method name waits for the rest, without OpenSSL seeing it yet.
+                    if (firstBytes == NotTls.FirstBytes.PlainHttp)
+                    {
+                        _transport.Input.AdvanceTo(buffer.End);
+                        return NotTls.PlainHttpFailure;
+                    }
+
+                    _transport.Input.AdvanceTo(buffer.Start, buffer.End);
+                    if (read.IsCompleted || read.IsCanceled)
+                    {
+                        return "closed";
+                    }
+
+                    continue;
                 }
 
+                var (status, consumed) = HandshakeStep(buffer);
                 var position = buffer.GetPosition(consumed);
 
                 // Once the handshake is done, bytes after the client's Finished (often its first

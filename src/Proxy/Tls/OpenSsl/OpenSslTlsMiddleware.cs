@@ -50,7 +50,7 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
             if (failure == NotTls.PlainHttpFailure)
             {
                 metrics.HandshakeFailed(elapsed, failure);
-                await NotTls.AnswerPlainHttpAsync(context, logger);
+                await NotTls.AnswerPlainHttpAsync(context, logger, snapshot.Settings.HandshakeTimeout - elapsed);
                 return;
             }
 
@@ -73,7 +73,7 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
             }
             else
             {
-                await NotTls.CloseAfterAsync(context.Transport);
+                await NotTls.CloseAfterAsync(context.Transport, snapshot.Settings.HandshakeTimeout - elapsed);
             }
 
             return;
