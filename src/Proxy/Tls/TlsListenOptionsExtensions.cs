@@ -51,6 +51,8 @@ public static class TlsListenOptionsExtensions
         listenOptions.Use(next => context => SslStreamFirstBytesAsync(context, next, handshakeTimeout, logger));
         listenOptions.UseHttps(new TlsHandshakeCallbackOptions
         {
+            // Kestrel's own timer, started after the first bytes came; the deadline from the
+            // accept (SslStreamFirstBytesAsync) ends the handshake first.
             HandshakeTimeout = handshakeTimeout,
             OnConnection = context =>
             {
@@ -61,7 +63,22 @@ public static class TlsListenOptionsExtensions
                     : Options(certificate, protocols, snapshot.ClientCertificates, context.Connection, logger));
             },
         });
+        listenOptions.Use(next => context =>
+        {
+            context.Features.Get<HandshakeDeadline>()?.Met();
+            return next(context);
+        });
         return listenOptions;
+    }
+
+    /// <summary>Aborts a connection whose SslStream handshake has not completed by the deadline counted from its accept.</summary>
+    private sealed class HandshakeDeadline(CancellationTokenSource timeout, CancellationTokenRegistration abort)
+    {
+        public void Met()
+        {
+            abort.Dispose();
+            timeout.Dispose();
+        }
     }
 
     /// <summary>
@@ -76,16 +93,18 @@ public static class TlsListenOptionsExtensions
     {
         var input = context.Transport.Input;
         var started = System.Diagnostics.Stopwatch.GetTimestamp();
+        using var timeout = new CancellationTokenSource(handshakeTimeout);
         NotTls.FirstBytes firstBytes;
         bool startsTls;
+        bool closed;
         try
         {
-            using var timeout = new CancellationTokenSource(handshakeTimeout);
             while (true)
             {
                 var read = await input.ReadAsync(timeout.Token);
                 firstBytes = NotTls.Classify(read.Buffer);
                 startsTls = read.Buffer.FirstSpan is [NotTls.HandshakeRecord, ..];
+                closed = read.Buffer.IsEmpty;
                 if (firstBytes != NotTls.FirstBytes.Unknown || read.IsCompleted || read.IsCanceled)
                 {
                     input.AdvanceTo(read.Buffer.Start); // not examined: SslStream reads these bytes again at once
@@ -98,6 +117,12 @@ public static class TlsListenOptionsExtensions
         catch (Exception ex) when (ex is OperationCanceledException or IOException or ConnectionResetException)
         {
             Failed(ex is OperationCanceledException ? "timeout" : "closed");
+            return;
+        }
+
+        if (closed)
+        {
+            Failed("closed"); // connected and closed without a byte (a TCP health check)
             return;
         }
 
@@ -114,6 +139,15 @@ public static class TlsListenOptionsExtensions
             return;
         }
 
+        // The handshake timeout counts from the accept, as on the OpenSSL engine: a client that
+        // waited before its first byte does not get Kestrel's whole HandshakeTimeout again.
+        var abort = timeout.Token.UnsafeRegister(static state =>
+        {
+            var (context, logger) = ((ConnectionContext, ILogger))state!;
+            TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", "timeout");
+            context.Abort(new ConnectionAbortedException("The TLS handshake did not complete within Tern:Tls:HandshakeTimeout."));
+        }, (context, logger));
+        context.Features.Set(new HandshakeDeadline(timeout, abort));
         try
         {
             await next(context);

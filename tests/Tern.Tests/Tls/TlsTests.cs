@@ -150,6 +150,36 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
         Assert.StartsWith("HTTP/1.1 400 Bad Request", System.Text.Encoding.ASCII.GetString(answer.ToArray()), StringComparison.Ordinal);
     }
 
+    [Fact]
+    public async Task HandshakeStartedLate_EndsAtTheTimeoutCountedFromTheAccept()
+    {
+        var config = TernConfig.To(engine, _upstream);
+        config.Tls["HandshakeTimeout"] = "00:00:03";
+        await using var tern = await TernInstance.StartAsync(config);
+        using var socket = new System.Net.Sockets.Socket(System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+        await socket.ConnectAsync(IPAddress.Loopback, tern.Config.HttpsPort);
+        var started = System.Diagnostics.Stopwatch.StartNew();
+
+        // Silent until just before the deadline, then the start of a handshake record, and no more.
+        await Task.Delay(TimeSpan.FromSeconds(2.6));
+        await socket.SendAsync(new byte[] { 0x16, 0x03, 0x01 });
+        using var closedBy = new CancellationTokenSource(TimeSpan.FromSeconds(15));
+        var buffer = new byte[256];
+        try
+        {
+            while (await socket.ReceiveAsync(buffer, closedBy.Token) > 0)
+            {
+            }
+        }
+        catch (System.Net.Sockets.SocketException)
+        {
+            // reset: closed all the same
+        }
+
+        // With a second timeout counted from the first byte, the SslStream engine closed it at 5.6 s.
+        Assert.True(started.Elapsed < TimeSpan.FromSeconds(3.9), $"closed after {started.Elapsed}");
+    }
+
     public static TheoryData<string, string> NotAHello() => new()
     {
         { "empty handshake records", "1603010000160301000016030100001603010000" },
