@@ -276,11 +276,7 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         await Task.Delay(s_handshakeTimeout - TimeSpan.FromSeconds(0.5));
         await socket.SendAsync(new byte[] { 0x48, 0x01 }); // the record's length: over 2^14 + 2048, refused at once
 
-        var buffer = new byte[256];
-        using var closedBy = new CancellationTokenSource(s_handshakeTimeout + TimeSpan.FromSeconds(10));
-        while (await socket.ReceiveAsync(buffer, closedBy.Token) > 0)
-        {
-        }
+        await SocketReads.UntilClosedAsync(socket, s_handshakeTimeout + TimeSpan.FromSeconds(10));
 
         // Closed at the deadline, give or take this machine's scheduling; with the full 2 s of
         // lingering it would be 1.5 s later.
@@ -348,7 +344,7 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         await socket.SendAsync(capture.Held.AsMemory(0, capture.Held.Length / 2));
         socket.Shutdown(SocketShutdown.Send);
 
-        await ReadUntilClosedAsync(socket);
+        await SocketReads.UntilClosedAsync(socket);
         Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.errors", "error.type=truncated") == 1));
         Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.connections.active") == 0));
         Assert.Equal("up", await healthy.GetStringAsync(new Uri("/name", UriKind.Relative)));
@@ -367,28 +363,12 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         // No close_notify, as many clients do: the FIN comes right after a whole record.
         socket.Shutdown(SocketShutdown.Send);
 
-        await ReadUntilClosedAsync(socket);
+        await SocketReads.UntilClosedAsync(socket);
         Assert.True(await EventuallyAsync(() => _meter.Total("tern.tls.connections.active") == 0));
         Assert.Equal(0, _meter.Total("tern.tls.errors"));
     }
 
     /// <summary>Reads (and drops) what the proxy still sends until it closes its side.</summary>
-    private static async Task ReadUntilClosedAsync(Socket socket)
-    {
-        var buffer = new byte[4096];
-        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
-        try
-        {
-            while (await socket.ReceiveAsync(buffer, SocketFlags.None, timeout.Token) > 0)
-            {
-            }
-        }
-        catch (SocketException)
-        {
-            // Reset instead of closed: gone either way.
-        }
-    }
-
     private async Task<SslStream> ConnectAsync(string alpn, bool trickle = false, bool corruptAfterHandshake = false, SslProtocols protocol = SslProtocols.None) =>
         (await ConnectWithSocketAsync(alpn, trickle, corruptAfterHandshake, protocol)).Tls;
 

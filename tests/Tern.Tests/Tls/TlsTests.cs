@@ -138,16 +138,9 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
         await Task.Delay(200);
         await socket.SendAsync(System.Text.Encoding.ASCII.GetBytes(rest));
 
-        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(5));
-        var answer = new MemoryStream();
-        var buffer = new byte[4096];
-        int read;
-        while ((read = await socket.ReceiveAsync(buffer, timeout.Token)) > 0)
-        {
-            answer.Write(buffer, 0, read);
-        }
+        var answer = await SocketReads.UntilClosedAsync(socket);
 
-        Assert.StartsWith("HTTP/1.1 400 Bad Request", System.Text.Encoding.ASCII.GetString(answer.ToArray()), StringComparison.Ordinal);
+        Assert.StartsWith("HTTP/1.1 400 Bad Request", System.Text.Encoding.ASCII.GetString(answer), StringComparison.Ordinal);
     }
 
     [Fact]
@@ -163,18 +156,7 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
         // Silent until just before the deadline, then the start of a handshake record, and no more.
         await Task.Delay(TimeSpan.FromSeconds(2.6));
         await socket.SendAsync(new byte[] { 0x16, 0x03, 0x01 });
-        using var closedBy = new CancellationTokenSource(TimeSpan.FromSeconds(15));
-        var buffer = new byte[256];
-        try
-        {
-            while (await socket.ReceiveAsync(buffer, closedBy.Token) > 0)
-            {
-            }
-        }
-        catch (System.Net.Sockets.SocketException)
-        {
-            // reset: closed all the same
-        }
+        await SocketReads.UntilClosedAsync(socket, TimeSpan.FromSeconds(15));
 
         // With a second timeout counted from the first byte, the SslStream engine closed it at 5.6 s.
         Assert.True(started.Elapsed < TimeSpan.FromSeconds(3.9), $"closed after {started.Elapsed}");
@@ -199,16 +181,9 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
 
         // An alert or nothing, then the close. (SslStream took some of these for a missing
         // certificate, and Kestrel logged that as an error with a stack trace.)
-        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
-        var answer = new MemoryStream();
-        var buffer = new byte[4096];
-        int read;
-        while ((read = await socket.ReceiveAsync(buffer, timeout.Token)) > 0)
-        {
-            answer.Write(buffer, 0, read);
-        }
+        var answer = await SocketReads.UntilClosedAsync(socket);
 
-        Assert.True(answer.Length == 0 || answer.GetBuffer()[0] == 0x15, $"{what}: {Convert.ToHexString(answer.ToArray())}");
+        Assert.True(answer is [] or [0x15, ..], $"{what}: {Convert.ToHexString(answer)}");
         await Task.Delay(300); // Kestrel logs what escapes a connection after closing it
         AssertNoWarningOrError();
         using var client = _tern.CreateClient();
