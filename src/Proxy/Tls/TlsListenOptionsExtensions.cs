@@ -74,8 +74,12 @@ public static class TlsListenOptionsExtensions
     /// <summary>Aborts a connection whose SslStream handshake has not completed by the deadline counted from its accept.</summary>
     private sealed class HandshakeDeadline(CancellationTokenSource timeout, CancellationTokenRegistration abort)
     {
+        /// <summary>Whether the handshake completed (Kestrel's HTTP layer has the connection).</summary>
+        public bool IsMet { get; private set; }
+
         public void Met()
         {
+            IsMet = true;
             abort.Dispose();
             timeout.Dispose();
         }
@@ -85,9 +89,10 @@ public static class TlsListenOptionsExtensions
     /// Looks at the client's first bytes before SslStream does, as the OpenSSL engine does: plain
     /// HTTP gets a 400; bytes that are not a TLS handshake record are closed here. SslStream takes a
     /// first record it cannot read as a ClientHello for a missing certificate and throws
-    /// NotSupportedException ("must use a certificate with the associated private key"), which
-    /// Kestrel logs as an error with a stack trace: any client could write one per connection.
-    /// Each of these is a failed handshake at Debug under Tern.Proxy.Tls.
+    /// NotSupportedException ("must use a certificate with the associated private key"), and
+    /// some malformed hellos make it throw ArgumentOutOfRangeException; Kestrel logged either as
+    /// an error with a stack trace: any client could write one per connection. Each of these is a
+    /// failed handshake at Debug under Tern.Proxy.Tls.
     /// </summary>
     private static async Task SslStreamFirstBytesAsync(ConnectionContext context, ConnectionDelegate next, TimeSpan handshakeTimeout, ILogger logger)
     {
@@ -147,14 +152,19 @@ public static class TlsListenOptionsExtensions
             TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", "timeout");
             context.Abort(new ConnectionAbortedException("The TLS handshake did not complete within Tern:Tls:HandshakeTimeout."));
         }, (context, logger));
-        context.Features.Set(new HandshakeDeadline(timeout, abort));
+        var handshake = new HandshakeDeadline(timeout, abort);
+        context.Features.Set(handshake);
         try
         {
             await next(context);
         }
-        catch (NotSupportedException ex) when (ex.TargetSite is { Name: "AcquireServerCredentials" } site && site.DeclaringType == typeof(SslStream))
+        catch (Exception ex) when (!handshake.IsMet)
         {
-            Failed("no ClientHello SslStream could read in the first record");
+            // Kestrel handles the handshake failures it expects (IOException, AuthenticationException,
+            // cancellation); what escapes it is SslStream failing on a hello it could not read:
+            // NotSupportedException for an empty or non-hello first record, ArgumentOutOfRangeException
+            // for some malformed ones (1 of 1,500 fuzzed hellos).
+            Failed($"SslStream could not read the ClientHello ({ex.GetType().Name}: {ex.Message})");
         }
 
         void Failed(string reason) => TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", reason);
