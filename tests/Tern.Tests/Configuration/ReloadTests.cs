@@ -260,15 +260,21 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
 
-        var json = System.Text.Json.Nodes.JsonNode.Parse(config.Route("b", "second", "/b/{**rest}", PrefixRemoved("/b")).Cluster("second", [_second]).ToJson())!;
         // What Logging__LogLevel__Microsoft__AspNetCore=Verbose makes.
-        json["Logging"] = System.Text.Json.Nodes.JsonNode.Parse("""{ "LogLevel": { "Microsoft": { "AspNetCore": "Verbose" } } }""");
-        await tern.RewriteConfigAsync(json.ToJsonString());
+        await AddRouteBWithLoggingAsync(tern, config, """{ "LogLevel": { "Microsoft": { "AspNetCore": "Verbose" } } }""");
 
         await tern.Logs.WaitForAsync("Configuration reload: Logging:LogLevel:Microsoft:AspNetCore: 'Verbose' is not a log level");
         await tern.Logs.WaitForAsync("Configuration reload rejected (1 problem(s))");
         Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
         Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);
+    }
+
+    /// <summary>Rewrites the settings with a route /b to the second upstream and this Logging section.</summary>
+    private async Task AddRouteBWithLoggingAsync(TernInstance tern, TernConfig config, string logging)
+    {
+        var json = System.Text.Json.Nodes.JsonNode.Parse(config.Route("b", "second", "/b/{**rest}", PrefixRemoved("/b")).Cluster("second", [_second]).ToJson())!;
+        json["Logging"] = System.Text.Json.Nodes.JsonNode.Parse(logging);
+        await tern.RewriteConfigAsync(json.ToJsonString());
     }
 
     [Theory]
@@ -301,9 +307,7 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
 
-        var json = System.Text.Json.Nodes.JsonNode.Parse(config.Route("b", "second", "/b/{**rest}", PrefixRemoved("/b")).Cluster("second", [_second]).ToJson())!;
-        json["Logging"] = System.Text.Json.Nodes.JsonNode.Parse("""{ "CaptureScopes": "maybe" }""");
-        await tern.RewriteConfigAsync(json.ToJsonString());
+        await AddRouteBWithLoggingAsync(tern, config, """{ "CaptureScopes": "maybe" }""");
 
         await tern.Logs.WaitForAsync("Configuration reload: config/appsettings.json: .NET could not apply the change (");
         Assert.Contains(tern.Logs.Lines, l => l.Contains("Logging:CaptureScopes", StringComparison.Ordinal));
