@@ -287,6 +287,7 @@ public static class TernHost
         app.MapReverseProxy(proxy =>
         {
             proxy.Use(ProxyErrorResponses.InvokeAsync);
+            proxy.Use(RequestBodyReads.InvokeAsync);
             proxy.UseSessionAffinity();
             proxy.UseLoadBalancing();
             proxy.UsePassiveHealthChecks();
