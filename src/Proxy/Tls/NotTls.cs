@@ -77,34 +77,14 @@ internal static class NotTls
     }
 
     /// <summary>
-    /// Closes after what was written (a 400, a TLS alert) has a chance to reach the client: first
-    /// reads and discards what the client still sends until it closes, for at most <see cref="Linger"/>
-    /// and not past the handshake's deadline. Closing a socket with unread input makes the kernel
-    /// reset the connection, and the reset can discard what the client had not read yet (RFC
-    /// 9112, 9.6).
+    /// Closes after what was written (a 400, a TLS alert) has had a chance to reach the client (a
+    /// <see cref="LingeringClose"/>), for at most <see cref="Linger"/> and not past the handshake's
+    /// deadline.
     /// </summary>
     public static async Task CloseAfterAsync(IDuplexPipe transport, TimeSpan handshakeTimeLeft)
     {
-        using (var timeout = new CancellationTokenSource(handshakeTimeLeft < Linger ? TimeSpan.FromTicks(Math.Max(0, handshakeTimeLeft.Ticks)) : Linger))
-        {
-            try
-            {
-                while (true)
-                {
-                    var read = await transport.Input.ReadAsync(timeout.Token);
-                    transport.Input.AdvanceTo(read.Buffer.End);
-                    if (read.IsCompleted || read.IsCanceled)
-                    {
-                        break;
-                    }
-                }
-            }
-            catch (Exception ex) when (ex is OperationCanceledException or IOException or ConnectionResetException)
-            {
-                // The client did not close within the linger, or reset: close anyway.
-            }
-        }
-
+        var linger = handshakeTimeLeft < Linger ? TimeSpan.FromTicks(Math.Max(0, handshakeTimeLeft.Ticks)) : Linger;
+        await LingeringClose.DrainAsync(transport.Input, linger, linger);
         await transport.Output.CompleteAsync();
     }
 

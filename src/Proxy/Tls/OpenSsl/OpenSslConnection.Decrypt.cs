@@ -20,12 +20,15 @@ internal sealed partial class OpenSslConnection
                 var read = await _transport.Input.ReadAsync().ConfigureAwait(false);
                 if (read.IsCanceled)
                 {
+                    // Stopped by DisposeAsync, which may read on (a lingering close).
+                    _transport.Input.AdvanceTo(read.Buffer.Start);
                     break;
                 }
 
                 var buffer = read.Buffer;
                 var (consumed, closed) = DecryptAvailable(buffer);
                 _transport.Input.AdvanceTo(buffer.GetPosition(consumed), buffer.End);
+                _peerSentCloseNotify |= closed;
                 if (read.IsCompleted)
                 {
                     // Before the plaintext pipe ends: Kestrel closes the connection when it sees

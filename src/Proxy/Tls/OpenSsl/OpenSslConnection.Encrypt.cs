@@ -89,7 +89,8 @@ internal sealed partial class OpenSslConnection
                     if (!Volatile.Read(ref _peerClosed))
                     {
                         SendCloseNotify();
-                        await _transport.Output.FlushAsync().ConfigureAwait(false);
+                        flush = await _transport.Output.FlushAsync().ConfigureAwait(false);
+                        _closeNotifySent = !flush.IsCompleted && !flush.IsCanceled;
                     }
 
                     break;
@@ -97,7 +98,11 @@ internal sealed partial class OpenSslConnection
             }
 
             await _output.Reader.CompleteAsync().ConfigureAwait(false);
-            await _transport.Output.CompleteAsync().ConfigureAwait(false);
+            if (!_closeNotifySent)
+            {
+                // Else DisposeAsync closes, after a lingering close.
+                await _transport.Output.CompleteAsync().ConfigureAwait(false);
+            }
         }
         catch (Exception ex)
         {

@@ -51,6 +51,13 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     // Set by the decrypt pump when the client's side of the TCP connection ended (FIN or reset).
     private bool _peerClosed;
 
+    // Set by the decrypt pump when the client sent close_notify: it sends nothing more.
+    private bool _peerSentCloseNotify;
+
+    // Set by the encrypt pump once Tern's close_notify is on its way: the client, which may still
+    // be sending, is owed a lingering close.
+    private bool _closeNotifySent;
+
     // The operation whose TLS error failed the connection first, and OpenSSL's reason (under _native).
     private Operation? _firstFailure;
     private string? _failureReason;
@@ -120,6 +127,9 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
 
     public Task<X509Certificate2?> GetClientCertificateAsync(CancellationToken cancellationToken) => Task.FromResult(ClientCertificate);
 
+    /// <summary>Cuts a lingering close short: the server is stopping.</summary>
+    public CancellationToken Stopping { get; set; }
+
     /// <summary>Starts the two pumps once the handshake is done.</summary>
     public void Start()
     {
@@ -145,6 +155,20 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
             _transport.Output.CancelPendingFlush();
             await _encrypting.ConfigureAwait(false);
         }
+
+        if (_closeNotifySent)
+        {
+            // Tern ended the connection while the client's side was open: it may still be sending
+            // (the rest of an upload Kestrel refused), and closing over its unread bytes would
+            // reset the connection before it reads the answer.
+            if (!Volatile.Read(ref _peerClosed) && !_peerSentCloseNotify)
+            {
+                await LingeringClose.DrainAsync(_transport.Input, LingeringClose.Quiet, LingeringClose.Limit, Stopping).ConfigureAwait(false);
+            }
+
+            await _transport.Output.CompleteAsync().ConfigureAwait(false);
+        }
+
         _handle.DangerousRelease();
         _handle.Dispose();
         GC.KeepAlive(_server);

@@ -85,6 +85,7 @@ internal sealed class OpenSslTlsMiddleware(ConnectionDelegate next, ActiveConfig
         context.Features.Set<ITlsApplicationProtocolFeature>(tls);
         var transport = context.Transport;
         context.Transport = tls;
+        tls.Stopping = context.Features.Get<IConnectionLifetimeNotificationFeature>()?.ConnectionClosedRequested ?? default;
         tls.Start();
         metrics.ConnectionOpened();
         try
