@@ -169,6 +169,79 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.DoesNotContain(tern.Logs.Lines, l => l.StartsWith("Error:", StringComparison.Ordinal) || l.StartsWith("Critical:", StringComparison.Ordinal));
     }
 
+    /// <summary>
+    /// A gRPC-shaped duplex call through Tern: each message crosses both ways before the next is
+    /// sent (so nothing on the way may hold bytes back waiting for more), and the upstream's
+    /// trailers (grpc-status) reach the client.
+    /// </summary>
+    [Fact]
+    public async Task GrpcShapedDuplexCall_EchoesEachMessageBeforeTheNext_AndForwardsTrailers()
+    {
+        await using var grpc = await TestUpstream.StartAsync("grpc", http2: true);
+        var config = new TernConfig(engine).Route("all", "h2c", "{**catch-all}")
+            .Cluster("h2c", [grpc], new JsonObject { ["HttpRequest"] = new JsonObject { ["Version"] = "2", ["VersionPolicy"] = "RequestVersionExact" } });
+        await using var tern = await TernInstance.StartAsync(config);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(20));
+        using var client = tern.CreateClient(version: HttpVersion.Version20);
+        var messages = new[] { 5, 1, 17_000, 300, 70_000 }.Select(TestUpstream.Pattern).ToArray();
+        var body = new DuplexContent();
+        using var request = new HttpRequestMessage(HttpMethod.Post, new Uri("/duplex", UriKind.Relative)) { Content = body, Version = HttpVersion.Version20, VersionPolicy = HttpVersionPolicy.RequestVersionExact };
+        var sending = client.SendAsync(request, HttpCompletionOption.ResponseHeadersRead, timeout.Token);
+
+        // As a gRPC client does, the first message goes before the response's headers come: YARP
+        // sends those with the first piece of the response body.
+        var stream = await body.Stream.WaitAsync(timeout.Token);
+        await stream.WriteAsync(messages[0], timeout.Token);
+        await stream.FlushAsync(timeout.Token);
+        using var response = await sending;
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        await using var answers = await response.Content.ReadAsStreamAsync(timeout.Token);
+        for (var i = 0; i < messages.Length; i++)
+        {
+            var message = messages[i];
+            if (i > 0)
+            {
+                await stream.WriteAsync(message, timeout.Token);
+                await stream.FlushAsync(timeout.Token);
+            }
+
+            var echoed = new byte[message.Length];
+            await answers.ReadExactlyAsync(echoed, timeout.Token);
+            Assert.Equal(message, echoed);
+        }
+
+        body.Done.SetResult();
+        Assert.Equal(0, await answers.ReadAsync(new byte[1], timeout.Token));
+        Assert.Equal("0", response.TrailingHeaders.GetValues("grpc-status").Single());
+        Assert.Equal(messages.Sum(m => m.Length).ToString(System.Globalization.CultureInfo.InvariantCulture), response.TrailingHeaders.GetValues("x-received").Single());
+    }
+
+    /// <summary>A request body the test writes while the response is read.</summary>
+    private sealed class DuplexContent : HttpContent
+    {
+        private readonly TaskCompletionSource<Stream> _stream = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+        public DuplexContent() => Headers.ContentType = new System.Net.Http.Headers.MediaTypeHeaderValue("application/grpc");
+
+        public Task<Stream> Stream => _stream.Task;
+
+        public TaskCompletionSource Done { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+        protected override Task SerializeToStreamAsync(Stream stream, System.Net.TransportContext? context) => SerializeToStreamAsync(stream, context, CancellationToken.None);
+
+        protected override async Task SerializeToStreamAsync(Stream stream, System.Net.TransportContext? context, CancellationToken cancellationToken)
+        {
+            _stream.SetResult(stream);
+            await Done.Task.WaitAsync(cancellationToken);
+        }
+
+        protected override bool TryComputeLength(out long length)
+        {
+            length = 0;
+            return false;
+        }
+    }
+
     private sealed class EndlessContent : HttpContent
     {
         protected override Task SerializeToStreamAsync(Stream stream, System.Net.TransportContext? context) => SerializeToStreamAsync(stream, context, CancellationToken.None);

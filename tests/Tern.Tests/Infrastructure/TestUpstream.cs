@@ -71,6 +71,25 @@ public sealed class TestUpstream : IAsyncDisposable
             context.Response.ContentLength = received.Length;
             await context.Response.Body.WriteAsync(received.GetBuffer().AsMemory(0, (int)received.Length), context.RequestAborted);
         });
+        // Shaped like a gRPC duplex call (HTTP/2 only): each piece of the request body is echoed and
+        // flushed as it arrives, and the answer ends with trailers, as grpc-status is sent.
+        app.MapPost("/duplex", async context =>
+        {
+            context.Response.ContentType = "application/grpc";
+            await context.Response.StartAsync(context.RequestAborted);
+            var buffer = new byte[64 * 1024];
+            int read;
+            long total = 0;
+            while ((read = await context.Request.Body.ReadAsync(buffer, context.RequestAborted)) > 0)
+            {
+                total += read;
+                await context.Response.Body.WriteAsync(buffer.AsMemory(0, read), context.RequestAborted);
+                await context.Response.Body.FlushAsync(context.RequestAborted);
+            }
+
+            context.Response.AppendTrailer("grpc-status", "0");
+            context.Response.AppendTrailer("x-received", total.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        });
         // Answers at once, 100 KB in chunks of 10 KB, without reading the request body.
         app.MapPost("/early", async context =>
         {
