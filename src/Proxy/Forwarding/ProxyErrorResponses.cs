@@ -17,9 +17,9 @@ internal static class ProxyErrorResponses
     /// <summary>Status logged when the client closed the connection before the response (nginx's convention).</summary>
     public const int ClientClosedRequest = 499;
 
-    public static async Task InvokeAsync(HttpContext context, Func<Task> next)
+    public static async Task InvokeAsync(HttpContext context, RequestDelegate next)
     {
-        await next();
+        await next(context);
 
         var error = context.GetForwarderErrorFeature();
         if (error is null)
@@ -68,10 +68,8 @@ internal static class ProxyErrorResponses
             TernLog.ClientClosedRequest(Logger(context), context.Request.Method, context.Request.Path, route);
 
             // The client is gone or its side broke (a reset shows here before RequestAborted
-            // does), and the upstream request YARP gave up on may still hold a read on the request
-            // body. Aborting tells Kestrel not to drain that body: it would find the read in
-            // progress and log an error for every client that resets during an upload
-            // (dotnet/aspnetcore#17840).
+            // does): end the connection now, rather than have Kestrel try to drain a request body
+            // that will not come.
             context.Abort();
             return;
         }

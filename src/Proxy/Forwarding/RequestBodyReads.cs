@@ -19,11 +19,26 @@ namespace Tern.Proxy.Forwarding;
 /// </summary>
 internal sealed class RequestBodyReads : Stream
 {
+    // Runs on whichever thread cancels YARP's token (a timer's, for its activity timeout). Kestrel's
+    // reader throws once the request is aborted or over, and a throw there would reach Kestrel's
+    // error log, or end the process from a timer; the read then ends with the connection anyway.
+    private static readonly Action<object?> s_cancel = static reader =>
+    {
+        try
+        {
+            ((PipeReader)reader!).CancelPendingRead();
+        }
+        catch (Exception)
+        {
+            // The reader was stopped or aborted: nothing is left to cancel.
+        }
+    };
+
     private readonly PipeReader _reader;
 
     private RequestBodyReads(PipeReader reader) => _reader = reader;
 
-    public static Task InvokeAsync(HttpContext context, Func<Task> next)
+    public static Task InvokeAsync(HttpContext context, RequestDelegate next)
     {
         var request = context.Request;
         if (context.Features.Get<IHttpRequestBodyDetectionFeature>()?.CanHaveBody == true
@@ -32,7 +47,7 @@ internal sealed class RequestBodyReads : Stream
             request.Body = new RequestBodyReads(request.BodyReader);
         }
 
-        return next();
+        return next(context);
     }
 
     public override bool CanRead => true;
@@ -64,7 +79,7 @@ internal sealed class RequestBodyReads : Stream
             }
             else
             {
-                using (cancellationToken.UnsafeRegister(static reader => ((PipeReader)reader!).CancelPendingRead(), _reader))
+                using (cancellationToken.UnsafeRegister(s_cancel, _reader))
                 {
                     result = await read;
                 }

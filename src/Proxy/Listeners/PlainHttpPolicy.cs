@@ -10,12 +10,12 @@ namespace Tern.Proxy.Listeners;
 /// </summary>
 internal static class PlainHttpPolicy
 {
-    public static Task InvokeAsync(HttpContext context, Func<Task> next)
+    public static Task InvokeAsync(HttpContext context, RequestDelegate next)
     {
         var active = context.RequestServices.GetRequiredService<ActiveConfiguration>();
         if (context.Connection.LocalPort != active.Bound.HttpPort || AllowsPlainHttp(context))
         {
-            return next();
+            return next(context);
         }
 
         var request = context.Request;
