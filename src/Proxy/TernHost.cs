@@ -217,7 +217,11 @@ public static class TernHost
             // Kestrel warn at every start that HTTP/2 was off, which is false: it only recognises
             // TLS it set up itself (UseHttps), and chooses the protocol per connection from ALPN.
             kestrel.ListenAnyIP(settings.HttpsPort, listen => listen.UseTernTls());
-            kestrel.ListenAnyIP(settings.HttpPort, listen => listen.Protocols = HttpProtocols.Http1);
+            kestrel.ListenAnyIP(settings.HttpPort, listen =>
+            {
+                listen.Protocols = HttpProtocols.Http1;
+                listen.UseLingeringClose();
+            });
             kestrel.ListenAnyIP(settings.ManagementPort, listen => listen.Protocols = HttpProtocols.Http1);
             if (settings.DemoEnabled)
             {

@@ -3,6 +3,7 @@ using System.IO.Pipelines;
 using System.Text;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
+using Tern.Proxy.Listeners;
 
 namespace Tern.Proxy.Tls;
 
@@ -84,7 +85,7 @@ internal static class NotTls
     public static async Task CloseAfterAsync(IDuplexPipe transport, TimeSpan handshakeTimeLeft)
     {
         var linger = handshakeTimeLeft < Linger ? TimeSpan.FromTicks(Math.Max(0, handshakeTimeLeft.Ticks)) : Linger;
-        await LingeringClose.DrainAsync(transport.Input, linger, linger);
+        await LingeringClose.DrainAsync(transport.Input, linger, linger, linger);
         await transport.Output.CompleteAsync();
     }
 

@@ -6,6 +6,7 @@ using Microsoft.AspNetCore.Server.Kestrel.Core;
 using Microsoft.AspNetCore.Server.Kestrel.Https;
 using Microsoft.Extensions.Logging;
 using Tern.Proxy.Configuration;
+using Tern.Proxy.Listeners;
 using Tern.Proxy.Tls.OpenSsl;
 
 namespace Tern.Proxy.Tls;
@@ -66,7 +67,10 @@ public static class TlsListenOptionsExtensions
         listenOptions.Use(next => context =>
         {
             context.Features.Get<HandshakeDeadline>()?.Met();
-            return next(context);
+
+            // Kestrel closes the socket when SslStream is disposed: linger before, over the
+            // plaintext (as nginx's lingering close reads through TLS).
+            return LingeringClose.RunAsync(context, next);
         });
         return listenOptions;
     }

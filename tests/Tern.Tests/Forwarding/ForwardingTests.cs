@@ -47,7 +47,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     [Fact]
     public async Task ClientResetDuringUpload_IsLoggedAs499_NotBlamedOnTheUpstream()
     {
-        await using (var client = await RawHttps.ConnectAsync(_tern.Config.HttpsPort))
+        await using (var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort))
         {
             await client.WriteAsync("POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1048576\r\n\r\n");
             await client.WriteAsync(new byte[256 * 1024]);
@@ -102,7 +102,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
 
         // .NET's HTTP/1.1 client sends the whole body before it reads: by hand, 64 KB of 1 MB.
         var chunked = version.EndsWith("chunked", StringComparison.Ordinal);
-        await using var client = await RawHttps.ConnectAsync(tern.Config.HttpsPort);
+        await using var client = await RawHttp.ConnectAsync(tern.Config.HttpsPort);
         await client.WriteAsync("POST /early HTTP/1.1\r\nHost: localhost\r\n" + (chunked ? "Transfer-Encoding: chunked" : "Content-Length: 1048576") + "\r\n\r\n", timeout.Token);
         await WriteBodyPartAsync(64 * 1024);
         var answered = await client.ReadUntilAsync("\r\n0\r\n\r\n", timeout.Token);
@@ -148,7 +148,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
             .Cluster("h2c", [early], new JsonObject { ["HttpRequest"] = new JsonObject { ["Version"] = "2", ["VersionPolicy"] = "RequestVersionExact" } });
         await using var tern = await TernInstance.StartAsync(config);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(15));
-        await using var client = await RawHttps.ConnectAsync(tern.Config.HttpsPort);
+        await using var client = await RawHttp.ConnectAsync(tern.Config.HttpsPort);
         await client.WriteAsync("POST /early HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1048576\r\n\r\n", timeout.Token);
         await client.WriteAsync(new byte[64 * 1024], timeout.Token);
         var answered = await client.ReadUntilAsync("\r\n0\r\n\r\n", timeout.Token);
@@ -266,7 +266,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     [InlineData("Content-Length: 40000000\r\n\r\n", "HTTP/1.1 413")] // over Kestrel's 30 MB limit
     public async Task BodyKestrelRefuses_GetsKestrelsStatusWithAReason_NotBlamedOnTheUpstream(string framing, string status)
     {
-        await using var client = await RawHttps.ConnectAsync(_tern.Config.HttpsPort);
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
         await client.WriteAsync("POST /echo HTTP/1.1\r\nHost: localhost\r\n" + framing, timeout.Token);
         var response = await client.ReadUntilAsync("\n", timeout.Token);

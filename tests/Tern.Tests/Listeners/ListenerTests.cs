@@ -53,6 +53,72 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
         Assert.Equal("up", await response.Content.ReadAsStringAsync());
     }
 
+    /// <summary>
+    /// A body refused before it was read (over Kestrel's 30 MB limit) is answered with a 413, and
+    /// Tern ends the connection while the client is still sending. A client that reads only once it
+    /// has sent its body, as many do, must still get that answer: Tern reads and drops what still
+    /// comes until the client closes (RFC 9112, 9.6; nginx's lingering close). Closing over unread
+    /// bytes made the kernel reset the connection, and the client's next write failed ("broken
+    /// pipe") before it read the 413 (this test, on every listener and engine, before lingering).
+    /// </summary>
+    [Theory]
+    [InlineData("https")]
+    [InlineData("http")]
+    public async Task UploadRefusedWhileTheClientStillSends_TheClientGetsTheAnswer(string scheme)
+    {
+        var https = scheme == "https";
+        await using var client = await RawHttp.ConnectAsync(https ? _tern.Config.HttpsPort : _tern.Config.HttpPort, https);
+        await client.WriteAsync("POST /plain/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 40000000\r\n\r\n");
+        var chunk = new byte[256 * 1024];
+        for (var sent = 0; sent < 40_000_000; sent += chunk.Length)
+        {
+            await client.WriteAsync(chunk.AsMemory(0, Math.Min(chunk.Length, 40_000_000 - sent)));
+        }
+
+        var answer = await client.ReadUntilAsync("\n");
+        Assert.StartsWith("HTTP/1.1 413", answer, StringComparison.Ordinal);
+    }
+
+    /// <summary>
+    /// The lingering close is bounded: a client that neither sends nor closes after Tern's answer
+    /// is closed after 5 s of silence on the OpenSSL engine's HTTPS (which has told it with
+    /// close_notify that Tern is done); elsewhere, after 1 s without a byte or 5 s after its last
+    /// (Kestrel's stacks cannot tell it). A stopping server does not wait for it.
+    /// </summary>
+    [Theory]
+    [InlineData("https")]
+    [InlineData("http")]
+    public async Task LingeringClose_SilentClientIsClosedAfterFiveSeconds_AndStoppingCutsItShort(string scheme)
+    {
+        var https = scheme == "https";
+        const string refused = "POST /plain/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 40000000\r\n\r\n";
+        await using (var client = await RawHttp.ConnectAsync(https ? _tern.Config.HttpsPort : _tern.Config.HttpPort, https))
+        {
+            await client.WriteAsync(refused);
+            await client.WriteAsync(new byte[64 * 1024]);
+            Assert.StartsWith("HTTP/1.1 413", await client.ReadUntilAsync("\n"), StringComparison.Ordinal);
+            var silent = System.Diagnostics.Stopwatch.StartNew();
+            await SocketReads.UntilClosedAsync(client.Socket, TimeSpan.FromSeconds(15));
+            var told = https && engine == Proxy.Tls.TlsEngines.OpenSsl;
+            Assert.InRange(silent.Elapsed, TimeSpan.FromSeconds(told ? 4 : 0.8), TimeSpan.FromSeconds(10));
+        }
+
+        var config = TernConfig.To(engine, _upstream);
+        config.Route("plain", "app", "/plain/{**rest}", new JsonObject
+        {
+            ["Metadata"] = new JsonObject { ["Tern.AllowPlainHttp"] = "true" },
+            ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/plain" }),
+        });
+        var stopping = await TernInstance.StartAsync(config);
+        await using var lingering = await RawHttp.ConnectAsync(https ? stopping.Config.HttpsPort : stopping.Config.HttpPort, https);
+        await lingering.WriteAsync(refused);
+        await lingering.WriteAsync(new byte[64 * 1024]);
+        Assert.StartsWith("HTTP/1.1 413", await lingering.ReadUntilAsync("\n"), StringComparison.Ordinal);
+        var stop = System.Diagnostics.Stopwatch.StartNew();
+        await stopping.DisposeAsync();
+        Assert.InRange(stop.Elapsed, TimeSpan.Zero, TimeSpan.FromSeconds(3));
+    }
+
     [Fact]
     public async Task Http_RedirectHttpsPort443_LeavesPortOut()
     {

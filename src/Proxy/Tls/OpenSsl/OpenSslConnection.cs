@@ -163,7 +163,7 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
             // reset the connection before it reads the answer.
             if (!Volatile.Read(ref _peerClosed) && !_peerSentCloseNotify)
             {
-                await LingeringClose.DrainAsync(_transport.Input, LingeringClose.Quiet, LingeringClose.Limit, Stopping).ConfigureAwait(false);
+                await LingeringClose.DrainAsync(_transport.Input, LingeringClose.Quiet, LingeringClose.Quiet, LingeringClose.Limit, Stopping).ConfigureAwait(false);
             }
 
             await _transport.Output.CompleteAsync().ConfigureAwait(false);
