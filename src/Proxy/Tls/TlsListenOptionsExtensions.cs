@@ -67,10 +67,7 @@ public static class TlsListenOptionsExtensions
         listenOptions.Use(next => context =>
         {
             context.Features.Get<HandshakeDeadline>()?.Met();
-
-            // Kestrel closes the socket when SslStream is disposed: linger before, over the
-            // plaintext (as nginx's lingering close reads through TLS).
-            return LingeringClose.RunAsync(context, next);
+            return next(context);
         });
         return listenOptions;
     }
@@ -161,6 +158,13 @@ public static class TlsListenOptionsExtensions
         try
         {
             await next(context);
+
+            // SslStream is done (it leaves the socket's pipes open): drain a client still
+            // sending before Kestrel closes the socket.
+            if (handshake.IsMet)
+            {
+                await LingeringClose.AfterAsync(context);
+            }
         }
         catch (Exception ex) when (!handshake.IsMet)
         {
