@@ -82,9 +82,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     public async Task UpstreamAnswersBeforeReadingTheBody_ClientGetsTheWholeAnswer(string version)
     {
         await using var early = await TestUpstream.StartAsync("early", http2: true);
-        var config = new TernConfig(engine).Route("all", "h2c", "{**catch-all}")
-            .Cluster("h2c", [early], new JsonObject { ["HttpRequest"] = new JsonObject { ["Version"] = "2", ["VersionPolicy"] = "RequestVersionExact" } });
-        await using var tern = await TernInstance.StartAsync(config);
+        await using var tern = await StartInFrontOfH2cAsync(early);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
         if (version == "2.0")
         {
@@ -144,9 +142,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     public async Task UpstreamAnswersEarly_BodyNeverFinished_ConnectionClosesAfterTheDrainLimit()
     {
         await using var early = await TestUpstream.StartAsync("early", http2: true);
-        var config = new TernConfig(engine).Route("all", "h2c", "{**catch-all}")
-            .Cluster("h2c", [early], new JsonObject { ["HttpRequest"] = new JsonObject { ["Version"] = "2", ["VersionPolicy"] = "RequestVersionExact" } });
-        await using var tern = await TernInstance.StartAsync(config);
+        await using var tern = await StartInFrontOfH2cAsync(early);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(15));
         await using var client = await RawHttp.ConnectAsync(tern.Config.HttpsPort);
         await client.WriteAsync("POST /early HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1048576\r\n\r\n", timeout.Token);
@@ -179,9 +175,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     public async Task GrpcShapedDuplexCall_EchoesEachMessageBeforeTheNext_AndForwardsTrailers()
     {
         await using var grpc = await TestUpstream.StartAsync("grpc", http2: true);
-        var config = new TernConfig(engine).Route("all", "h2c", "{**catch-all}")
-            .Cluster("h2c", [grpc], new JsonObject { ["HttpRequest"] = new JsonObject { ["Version"] = "2", ["VersionPolicy"] = "RequestVersionExact" } });
-        await using var tern = await TernInstance.StartAsync(config);
+        await using var tern = await StartInFrontOfH2cAsync(grpc);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(20));
         using var client = tern.CreateClient(version: HttpVersion.Version20);
         var messages = new[] { 5, 1, 17_000, 300, 70_000 }.Select(TestUpstream.Pattern).ToArray();
@@ -242,6 +236,11 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
             return false;
         }
     }
+
+    /// <summary>Tern with one route to <paramref name="upstream"/> over h2c (HTTP/2 without TLS, as gRPC backends speak it).</summary>
+    private Task<TernInstance> StartInFrontOfH2cAsync(TestUpstream upstream) =>
+        TernInstance.StartAsync(new TernConfig(engine).Route("all", "h2c", "{**catch-all}")
+            .Cluster("h2c", [upstream], new JsonObject { ["HttpRequest"] = new JsonObject { ["Version"] = "2", ["VersionPolicy"] = "RequestVersionExact" } }));
 
     private sealed class EndlessContent : HttpContent
     {
