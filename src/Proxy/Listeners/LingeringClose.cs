@@ -56,6 +56,9 @@ internal static class LingeringClose
                 {
                     if (timer is null)
                     {
+                        // The callbacks run on a timer's or the stopping thread. A Pipe's
+                        // CancelPendingRead does not throw, completed or not (the socket's pipes
+                        // are Pipes).
                         timer = new CancellationTokenSource();
                         timedOut = timer.Token.UnsafeRegister(static reader => ((PipeReader)reader!).CancelPendingRead(), input);
                         stopped = stop.UnsafeRegister(static reader => ((PipeReader)reader!).CancelPendingRead(), input);
