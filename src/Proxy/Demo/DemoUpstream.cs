@@ -19,11 +19,23 @@ internal static class DemoUpstream
         var buffer = new byte[16 * 1024];
         long total = 0;
         int read;
-        while ((read = await request.Body.ReadAsync(buffer, context.RequestAborted)) > 0)
+        try
         {
-            total += read;
-            var keep = (int)Math.Min(read, MaxEchoedBody - body.Length);
-            body.Write(buffer, 0, Math.Max(keep, 0));
+            while ((read = await request.Body.ReadAsync(buffer, context.RequestAborted)) > 0)
+            {
+                total += read;
+                var keep = (int)Math.Min(read, MaxEchoedBody - body.Length);
+                body.Write(buffer, 0, Math.Max(keep, 0));
+            }
+        }
+        catch (BadHttpRequestException refused)
+        {
+            // A body Kestrel refuses (over its 30 MB limit, say), answered as an application
+            // should: left unhandled, it was an error with a stack trace in Tern's log.
+            context.Response.StatusCode = refused.StatusCode;
+            context.Response.ContentType = "text/plain; charset=utf-8";
+            await context.Response.WriteAsync($"{refused.StatusCode}: {refused.Message}\n");
+            return;
         }
 
         var echo = new Dictionary<string, object?>

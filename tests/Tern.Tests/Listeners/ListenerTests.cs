@@ -154,6 +154,23 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
         }
     }
 
+    /// <summary>A body the demo's Kestrel refuses (over 30 MB) is answered with its status, not logged as an application error.</summary>
+    [Fact]
+    public async Task Demo_BodyOverKestrelsLimit_IsAnswered413_NotLoggedAsAnError()
+    {
+        var demoPort = FreePort.Next();
+        var config = TernConfig.To(engine, _upstream);
+        config.Tern["Demo"] = new JsonObject { ["Enabled"] = true, ["Port"] = demoPort };
+        await using var tern = await TernInstance.StartAsync(config);
+        await using var client = await RawHttp.ConnectAsync(demoPort, tls: false);
+        await client.WriteAsync("POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 40000000\r\n\r\n");
+        await client.WriteAsync(new byte[64 * 1024]);
+
+        Assert.StartsWith("HTTP/1.1 413", await client.ReadUntilAsync("\n"), StringComparison.Ordinal);
+        await Task.Delay(300);
+        Assert.DoesNotContain(tern.Logs.Lines, l => l.StartsWith("Error:", StringComparison.Ordinal) || l.StartsWith("Critical:", StringComparison.Ordinal));
+    }
+
     [Fact]
     public async Task Reload_ChangingHttpPort_KeepsRedirectingOnTheBoundPort()
     {
