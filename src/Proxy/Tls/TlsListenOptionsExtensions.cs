@@ -174,6 +174,15 @@ public static class TlsListenOptionsExtensions
             // for some malformed ones (1 of 1,500 fuzzed hellos).
             Failed($"SslStream could not read the ClientHello ({ex.GetType().Name}: {ex.Message})");
         }
+        catch (IOException ex)
+        {
+            // After the handshake: SslStream failed (a corrupted record from the client, seen over
+            // HTTP/2 as the failed write of Kestrel's GOAWAY when it disposes the stream). Kestrel
+            // logged it as "Unhandled exception while processing", an error with a stack trace that
+            // any client could write; it is the connection's TLS error, at Debug, as on the OpenSSL
+            // engine.
+            TernLog.ConnectionFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", ex.InnerException?.Message is { } inner ? $"{ex.Message} ({inner})" : ex.Message);
+        }
 
         void Failed(string reason) => TernLog.HandshakeFailed(logger, context.ConnectionId, context.RemoteEndPoint?.ToString() ?? "-", reason);
     }

@@ -54,6 +54,39 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
         Assert.Equal(Pki(expected).Thumbprint, sent[0]);
     }
 
+    /// <summary>
+    /// A corrupted record from an HTTP/2 client after the handshake ends that connection with a
+    /// Debug line. On the SslStream engine it also made Kestrel log "Unhandled exception while
+    /// processing" with a stack trace; its other error line, from Kestrel's HTTP/2 flusher, is a
+    /// known limit (README).
+    /// </summary>
+    [Fact]
+    public async Task CorruptedRecordOverHttp2_IsNotAnUnhandledException()
+    {
+        using var socket = new System.Net.Sockets.Socket(System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        await using var tls = new System.Net.Security.SslStream(new System.Net.Sockets.NetworkStream(socket, ownsSocket: false), false, (_, _, _, _) => true);
+        await tls.AuthenticateAsClientAsync(new System.Net.Security.SslClientAuthenticationOptions
+        {
+            TargetHost = "localhost",
+            ApplicationProtocols = [System.Net.Security.SslApplicationProtocol.Http2],
+        });
+
+        // An application-data record whose contents no key made.
+        var record = new byte[5 + 64];
+        record[0] = 0x17;
+        record[1] = 0x03;
+        record[2] = 0x03;
+        record[4] = 64;
+        System.Security.Cryptography.RandomNumberGenerator.Fill(record.AsSpan(5));
+        await socket.SendAsync(record);
+        await SocketReads.UntilClosedAsync(socket);
+
+        await _tern.Logs.WaitForAsync(" closed: ");
+        await Task.Delay(300);
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("Unhandled exception while processing", StringComparison.Ordinal));
+    }
+
     [Fact]
     public async Task ServerChain_IntermediatesInTheFileAreSent_ALoneLeafGoesAlone()
     {
