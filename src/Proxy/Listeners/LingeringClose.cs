@@ -110,14 +110,12 @@ internal static class LingeringClose
     /// </summary>
     public static ListenOptions UseLingeringClose(this ListenOptions listenOptions)
     {
-        listenOptions.Use(next => context => RunAsync(context, next));
+        listenOptions.Use(next => async context =>
+        {
+            await next(context).ConfigureAwait(false);
+            await AfterAsync(context).ConfigureAwait(false);
+        });
         return listenOptions;
-    }
-
-    private static async Task RunAsync(ConnectionContext context, ConnectionDelegate next)
-    {
-        await next(context).ConfigureAwait(false);
-        await AfterAsync(context).ConfigureAwait(false);
     }
 
     /// <summary>

@@ -22,7 +22,10 @@ public sealed class RawHttp : IAsyncDisposable
     /// <summary>The connection's stream: TLS (an SslStream) or the socket's own.</summary>
     public Stream Stream { get; }
 
-    public static async Task<RawHttp> ConnectAsync(int port, bool tls = true)
+    /// <param name="port">A listener on 127.0.0.1.</param>
+    /// <param name="tls">Whether to speak TLS first.</param>
+    /// <param name="http2">Offer h2 by ALPN instead of http/1.1.</param>
+    public static async Task<RawHttp> ConnectAsync(int port, bool tls = true, bool http2 = false)
     {
         var socket = new Socket(SocketType.Stream, ProtocolType.Tcp);
         await socket.ConnectAsync(IPAddress.Loopback, port);
@@ -30,7 +33,7 @@ public sealed class RawHttp : IAsyncDisposable
         if (tls)
         {
             var ssl = new SslStream(stream, false, (_, _, _, _) => true);
-            await ssl.AuthenticateAsClientAsync(new SslClientAuthenticationOptions { TargetHost = "localhost", ApplicationProtocols = [SslApplicationProtocol.Http11] });
+            await ssl.AuthenticateAsClientAsync(new SslClientAuthenticationOptions { TargetHost = "localhost", ApplicationProtocols = [http2 ? SslApplicationProtocol.Http2 : SslApplicationProtocol.Http11] });
             stream = ssl;
         }
 

@@ -63,14 +63,7 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
     [Fact]
     public async Task CorruptedRecordOverHttp2_IsNotAnUnhandledException()
     {
-        using var socket = new System.Net.Sockets.Socket(System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
-        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
-        await using var tls = new System.Net.Security.SslStream(new System.Net.Sockets.NetworkStream(socket, ownsSocket: false), false, (_, _, _, _) => true);
-        await tls.AuthenticateAsClientAsync(new System.Net.Security.SslClientAuthenticationOptions
-        {
-            TargetHost = "localhost",
-            ApplicationProtocols = [System.Net.Security.SslApplicationProtocol.Http2],
-        });
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: true);
 
         // An application-data record whose contents no key made.
         var record = new byte[5 + 64];
@@ -79,8 +72,8 @@ public abstract class TlsTests(string engine) : IAsyncLifetime
         record[2] = 0x03;
         record[4] = 64;
         System.Security.Cryptography.RandomNumberGenerator.Fill(record.AsSpan(5));
-        await socket.SendAsync(record);
-        await SocketReads.UntilClosedAsync(socket);
+        await client.Socket.SendAsync(record);
+        await SocketReads.UntilClosedAsync(client.Socket);
 
         await _tern.Logs.WaitForAsync(" closed: ");
         await Task.Delay(300);
