@@ -332,6 +332,11 @@ public static class TernHost
             }
         }
 
+        foreach (var (key, port, first, last) in ListenerPorts.InEphemeralRange(settings))
+        {
+            TernLog.PortInEphemeralRange(logger, key, port, first, last, ListenerPorts.EphemeralAdvice(first));
+        }
+
         if (settings.DemoEnabled)
         {
             TernLog.DemoEnabled(logger, settings.DemoPort);

@@ -70,7 +70,7 @@ public abstract class ProcessTests(string engine)
     [Fact]
     public async Task PortInUse_ExitsNonZeroNamingTheKey()
     {
-        using var squatter = new TcpListener(IPAddress.Loopback, 0);
+        using var squatter = new TcpListener(IPAddress.Loopback, FreePort.Next());
         squatter.Start();
         var port = ((IPEndPoint)squatter.LocalEndpoint).Port;
         var environment = FreePorts();
@@ -80,7 +80,63 @@ public abstract class ProcessTests(string engine)
         var exit = await tern.WaitForExitAsync(TimeSpan.FromSeconds(30));
 
         Assert.Equal(1, exit);
-        Assert.Contains($"error: Tern:Management:Port: port {port} is already in use by another process", tern.Output, StringComparison.Ordinal);
+        Assert.Contains($"error: Tern:Management:Port: port {port} is already in use by another process\n", tern.Output, StringComparison.Ordinal);
+    }
+
+    /// <summary>
+    /// The way a port is taken from Tern that no one listens on: the kernel gave it to an outgoing
+    /// connection as its local end. The error says so and what to do.
+    /// </summary>
+    [Fact]
+    public async Task PortHeldByAnOutgoingConnection_TheErrorNamesTheEphemeralRange()
+    {
+        using var server = new TcpListener(IPAddress.Loopback, FreePort.Next());
+        server.Start();
+        using var outgoing = new TcpClient();
+        await outgoing.ConnectAsync(IPAddress.Loopback, ((IPEndPoint)server.LocalEndpoint).Port);
+        var port = ((IPEndPoint)outgoing.Client.LocalEndPoint!).Port;
+        var environment = FreePorts();
+        environment["Tern__Https__Port"] = port.ToString(System.Globalization.CultureInfo.InvariantCulture);
+
+        await using var tern = TernProcess.Start(environment);
+        var exit = await tern.WaitForExitAsync(TimeSpan.FromSeconds(30));
+
+        Assert.Equal(1, exit);
+        var (first, last) = EphemeralRange();
+        Assert.Contains(
+            $"error: Tern:Https:Port: port {port} is already in use by another process; it lies in the kernel's ephemeral range {first}-{last}, "
+            + $"where an outgoing connection may hold it: use a port below {first}, or reserve this one in net.ipv4.ip_local_reserved_ports\n",
+            tern.Output,
+            StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task PortInTheEphemeralRange_StartsWithOneWarningNamingTheKey()
+    {
+        int port;
+        using (var probe = new TcpListener(IPAddress.Loopback, 0))
+        {
+            probe.Start(); // the kernel hands out a free port of its ephemeral range
+            port = ((IPEndPoint)probe.LocalEndpoint).Port;
+        }
+
+        var environment = FreePorts();
+        environment["Tern__Http__Port"] = port.ToString(System.Globalization.CultureInfo.InvariantCulture);
+
+        await using var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
+
+        var (first, last) = EphemeralRange();
+        var warnings = tern.Output.Split('\n').Where(l => l.Contains("ephemeral range", StringComparison.Ordinal)).ToList();
+        var warning = Assert.Single(warnings);
+        Assert.Contains($"Tern:Http:Port: port {port} lies in the kernel's ephemeral range {first}-{last} (net.ipv4.ip_local_port_range)", warning, StringComparison.Ordinal);
+        Assert.Contains($"use a port below {first}, or reserve this one in net.ipv4.ip_local_reserved_ports", warning, StringComparison.Ordinal);
+    }
+
+    private static (int First, int Last) EphemeralRange()
+    {
+        var ends = File.ReadAllText("/proc/sys/net/ipv4/ip_local_port_range").Split((char[])['\t', ' '], StringSplitOptions.RemoveEmptyEntries);
+        return (int.Parse(ends[0], System.Globalization.CultureInfo.InvariantCulture), int.Parse(ends[1], System.Globalization.CultureInfo.InvariantCulture));
     }
 
     [Fact]
