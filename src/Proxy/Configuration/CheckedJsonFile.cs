@@ -58,7 +58,7 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
             get
             {
                 var info = new FileInfo(File.FullPath);
-                return PolledFolder.Exists(info) ? _parseError
+                return PolledFolder.Exists(info) ? TernFile.Refusal(File.FullPath) ?? _parseError
                     // Optional or not: a link that leads nowhere is a swap caught half-way, not a file left out.
                     : info.LinkTarget is not null ? $"it is a link to '{info.LinkTarget}', which leads to no file"
                     : File.Optional ? null

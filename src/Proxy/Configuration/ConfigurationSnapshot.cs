@@ -83,7 +83,7 @@ public sealed record ConfigurationSnapshot(
 
         try
         {
-            var keys = File.ReadAllBytes(path);
+            var keys = TernFile.ReadAllBytes(path);
             if (keys.Length == 0 || keys.Length % SessionTicketKeySize != 0)
             {
                 problems.Add(new(key, $"'{path}' holds {keys.Length} bytes; it must hold one or more {SessionTicketKeySize}-byte keys (e.g. `openssl rand 80 > ticket.key`), the first one encrypting new tickets"));

@@ -154,6 +154,11 @@ internal sealed class FilePoll : IDisposable
             return s_missing;
         }
 
+        if (TernFile.Refusal(path) is not null)
+        {
+            return s_unreadable; // a FIFO or device would block this thread, and every poll with it
+        }
+
         try
         {
             using var stream = new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.ReadWrite | FileShare.Delete, bufferSize: 0);
@@ -186,7 +191,9 @@ internal sealed class PolledFolder(string folder) : IFileProvider, IDisposable
     public IFileInfo GetFileInfo(string subpath)
     {
         var file = new FileInfo(Path.Combine(folder, subpath));
-        return Exists(file) ? new PhysicalFileInfo(file) : new NotFoundFileInfo(subpath);
+        // A FIFO, device or oversized file is not served: the configuration system would block
+        // reading it. The file's Error says why (CheckedJsonFile).
+        return Exists(file) && TernFile.Refusal(file.FullName) is null ? new PhysicalFileInfo(file) : new NotFoundFileInfo(subpath);
     }
 
     /// <summary>

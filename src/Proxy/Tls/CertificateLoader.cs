@@ -101,7 +101,7 @@ internal static class CertificateLoader
     {
         try
         {
-            return File.ReadAllText(path);
+            return TernFile.ReadAllText(path);
         }
         catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or NotSupportedException or ArgumentException)
         {

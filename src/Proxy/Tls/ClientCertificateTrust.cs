@@ -61,7 +61,7 @@ public sealed class ClientCertificateTrust
         var authorities = new X509Certificate2Collection();
         try
         {
-            authorities.ImportFromPem(File.ReadAllText(path));
+            authorities.ImportFromPem(TernFile.ReadAllText(path));
         }
         catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
         {

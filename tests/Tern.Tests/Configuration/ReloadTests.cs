@@ -300,6 +300,51 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
     }
 
+    /// <summary>
+    /// A FIFO where a file was (a mistaken mount, a script's named pipe) blocks whoever opens it
+    /// until someone writes. Tern must neither read it nor let it stall the one thread that polls
+    /// every file: the change is refused naming the file, and a later fix is still seen.
+    /// </summary>
+    [Fact]
+    public async Task Reload_SettingsFileBecomesAFifo_IsRejectedAndLaterChangesStillApply()
+    {
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+        var settings = Path.Combine(tern.Folder, "config", "appsettings.json");
+        var fifo = settings + ".fifo";
+        Assert.Equal(0, (await Tool.RunAsync("mkfifo", [fifo])).ExitCode);
+        File.Move(fifo, settings, overwrite: true);
+
+        await tern.Logs.WaitForAsync("Configuration reload: config/appsettings.json: it is a FIFO, not a regular file");
+        await tern.Logs.WaitForAsync("Configuration reload rejected");
+        Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
+
+        File.Delete(settings);
+        config.Route("b", "second", "/b/{**rest}", PrefixRemoved("/b")).Cluster("second", [_second]);
+        await tern.RewriteConfigAsync(config.ToJson());
+        Assert.Equal("second", await EventuallyAsync(client, "/b/name", "second"));
+    }
+
+    [Fact]
+    public async Task Reload_CertificateFileBecomesADevice_IsRejectedAndTheCertificateStays()
+    {
+        var folder = Directory.CreateTempSubdirectory("tern-device-").FullName;
+        var original = TestPki.Create("site", ["localhost"], folder);
+        var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", original, []));
+        await using var tern = await TernInstance.StartAsync(config);
+
+        // /dev/zero never ends: read whole, it would take all of Tern's memory.
+        File.Delete(original.CertificatePath);
+        File.CreateSymbolicLink(original.CertificatePath, "/dev/zero");
+
+        await tern.Logs.WaitForAsync($"Configuration reload: Tern:Tls:Certificates:site:CertificatePath: cannot read '{original.CertificatePath}': it is a character device, not a regular file");
+        string? seen = null;
+        using var client = tern.CreateClient(certificateSeen: c => seen = c.Thumbprint);
+        Assert.Equal("first", await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
+        Assert.Equal(original.Thumbprint, seen);
+    }
+
     [Fact]
     public async Task Reload_LoggingOptionNetCannotConvert_IsLoggedAndTheRestApplies()
     {

@@ -27,6 +27,9 @@ public abstract class ProcessTests(string engine)
         { "unknown client certificate mode", "Tern__Https__ClientCertificates__Mode=Sometimes", "error: Tern:Https:ClientCertificates:Mode: 'Sometimes' is not a client certificate mode; use None, Optional or Required" },
         { "client certificates without CAs", "Tern__Https__ClientCertificates__Mode=Required", "error: Tern:Https:ClientCertificates:TrustedCaPath: is required when Tern:Https:ClientCertificates:Mode is Required" },
         { "client CA file without certificates", "Tern__Https__ClientCertificates__Mode=Optional|Tern__Https__ClientCertificates__TrustedCaPath=/etc/hostname", "error: Tern:Https:ClientCertificates:TrustedCaPath: '/etc/hostname' holds no PEM certificate" },
+        { "ticket keys a device", "Tern__Tls__SessionTicketKeys=/dev/zero", "error: Tern:Tls:SessionTicketKeys: cannot read '/dev/zero': it is a character device, not a regular file" },
+        { "certificate a folder", $"Tern__Tls__Certificates__main__CertificatePath=/tmp|Tern__Tls__Certificates__main__KeyPath={TestPki.ATest.KeyPath}", "error: Tern:Tls:Certificates:main:CertificatePath: cannot read '/tmp': it is a folder, not a regular file" },
+        { "TERN_CONFIG a device", "TERN_CONFIG=/dev/zero", "error: TERN_CONFIG (/dev/zero): it is a character device, not a regular file" },
         { "client CA file missing", "Tern__Https__ClientCertificates__Mode=Optional|Tern__Https__ClientCertificates__TrustedCaPath=/nonexistent/ca.crt", "error: Tern:Https:ClientCertificates:TrustedCaPath: cannot read '/nonexistent/ca.crt'" },
     };
 
@@ -65,6 +68,21 @@ public abstract class ProcessTests(string engine)
         Assert.Contains(errors, l => l.StartsWith("error: Logging:Console:LogLevel:Default: 'Verbose' is not a log level", StringComparison.Ordinal));
         Assert.Contains(errors, l => l.StartsWith("error: Tern:Http:Port: '0'", StringComparison.Ordinal));
         Assert.Contains(errors, l => l.StartsWith("error: ReverseProxy:Routes:default:ClusterId:", StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task SettingsFileOverTheSizeLimit_ExitsNonZeroNamingIt()
+    {
+        var path = Path.Combine(Directory.CreateTempSubdirectory("tern-big-").FullName, "tern.json");
+        await File.WriteAllTextAsync(path, "{ \"padding\": \"" + new string('x', 5_000_000) + "\" }");
+        var environment = FreePorts();
+        environment["TERN_CONFIG"] = path;
+
+        await using var tern = TernProcess.Start(environment);
+        var exit = await tern.WaitForExitAsync(TimeSpan.FromSeconds(30));
+
+        Assert.Equal(1, exit);
+        Assert.Contains($"error: TERN_CONFIG ({path}): it holds {new FileInfo(path).Length:N0} bytes; Tern reads files of at most 4,194,304 bytes", tern.Output, StringComparison.Ordinal);
     }
 
     [Fact]
