@@ -213,6 +213,7 @@ public static class TernHost
         builder.WebHost.ConfigureKestrel(kestrel =>
         {
             kestrel.AddServerHeader = false;
+            ListenerLimits.Apply(settings.ListenerLimits, kestrel.Limits);
             // HTTP/1.1 and HTTP/2 (by ALPN) are Kestrel's default. Setting them explicitly made
             // Kestrel warn at every start that HTTP/2 was off, which is false: it only recognises
             // TLS it set up itself (UseHttps), and chooses the protocol per connection from ALPN.
@@ -314,7 +315,7 @@ public static class TernHost
         var settings = snapshot.Settings;
         foreach (var key in snapshot.UnknownKeys)
         {
-            TernLog.UnknownSetting(logger, key);
+            TernLog.Unread(logger, key);
         }
 
         if (snapshot.SelfSigned)

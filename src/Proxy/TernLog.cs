@@ -23,6 +23,22 @@ internal static partial class TernLog
     [LoggerMessage(104, LogLevel.Warning, "{Key} is not a Tern setting and is ignored (misspelt?)")]
     public static partial void UnknownSetting(ILogger logger, string key);
 
+    [LoggerMessage(107, LogLevel.Warning, "{Key} is ignored: of the Kestrel section Tern reads only Kestrel:Limits; its listeners are set by Tern:Https:Port, Tern:Http:Port and Tern:Management:Port, their certificates by Tern:Tls:Certificates")]
+    public static partial void KestrelSettingIgnored(ILogger logger, string key);
+
+    /// <summary>A key no part of Tern reads (see ConfigurationSnapshot.UnknownKeys).</summary>
+    public static void Unread(ILogger logger, string key)
+    {
+        if (key.StartsWith("Kestrel:", StringComparison.OrdinalIgnoreCase))
+        {
+            KestrelSettingIgnored(logger, key);
+        }
+        else
+        {
+            UnknownSetting(logger, key);
+        }
+    }
+
     [LoggerMessage(105, LogLevel.Error, "Configuration reload: {File}: .NET could not apply the change ({Reason}); what it concerns keeps its previous settings")]
     public static partial void ReloadNotApplied(ILogger logger, string file, string reason);
 

@@ -147,7 +147,7 @@ internal sealed class ConfigurationReloader(
 
             foreach (var key in snapshot.UnknownKeys)
             {
-                TernLog.UnknownSetting(logger, key);
+                TernLog.Unread(logger, key);
             }
 
             if (!snapshot.ReverseProxy.SequenceEqual(active.Current.ReverseProxy))

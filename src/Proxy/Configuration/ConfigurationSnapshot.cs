@@ -29,7 +29,7 @@ public sealed record ConfigurationSnapshot(
     {
         var reader = new SettingReader(configuration);
         reader.Problems.AddRange(CheckedJsonFile.Problems(configuration));
-        var settings = TernSettings.Read(reader);
+        var settings = TernSettings.Read(reader) with { ListenerLimits = Listeners.ListenerLimits.Read(configuration, reader.Problems) };
         ReverseProxyValidator.Validate(configuration, reader.Problems);
         CheckLogLevels(configuration, reader.Problems);
 
@@ -47,7 +47,7 @@ public sealed record ConfigurationSnapshot(
         var reverseProxy = configuration.GetSection(ReverseProxyValidator.Section).AsEnumerable()
             .Where(pair => pair.Value is not null)
             .ToList();
-        return new ConfigurationSnapshot(settings, certificates, selfSigned, reverseProxy, reader.UnreadKeys(TernSettings.Section).ToList())
+        return new ConfigurationSnapshot(settings, certificates, selfSigned, reverseProxy, [.. reader.UnreadKeys(TernSettings.Section), .. Listeners.ListenerLimits.IgnoredKeys(configuration)])
         {
             SessionTicketKeys = ticketKeys,
             ClientCertificates = clientCertificates,

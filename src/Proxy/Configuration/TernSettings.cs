@@ -47,6 +47,9 @@ public sealed record TernSettings
 
     public int DemoPort { get; init; } = 8081;
 
+    /// <summary>The checked values under Kestrel:Limits (see Listeners/ListenerLimits), applied at start.</summary>
+    public IReadOnlyList<KeyValuePair<string, string?>> ListenerLimits { get; init; } = [];
+
     internal static string DefaultSelfSignedDirectory =>
         Path.Combine(Environment.GetFolderPath(Environment.SpecialFolder.LocalApplicationData, Environment.SpecialFolderOption.DoNotVerify), "tern", "certs");
 
@@ -99,6 +102,11 @@ public sealed record TernSettings
         foreach (var (key, port) in ListenerPorts())
         {
             yield return (key, port.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        foreach (var (key, value) in ListenerLimits)
+        {
+            yield return (key, value ?? "");
         }
 
         yield return ("Tern:Demo:Enabled", DemoEnabled ? "true" : "false");

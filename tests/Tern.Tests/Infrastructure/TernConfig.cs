@@ -37,6 +37,9 @@ public sealed class TernConfig
 
     public JsonObject ReverseProxy { get; set; }
 
+    /// <summary>The Kestrel section (Tern reads its Limits), written only when set.</summary>
+    public JsonObject? Kestrel { get; set; }
+
     /// <summary>A proxy whose catch-all route "all" sends everything to cluster "app" with these upstreams.</summary>
     public static TernConfig To(string engine, params TestUpstream[] upstreams) => new TernConfig(engine).Route("all", "app", "{**catch-all}").Cluster("app", upstreams);
 
@@ -83,10 +86,19 @@ public sealed class TernConfig
         return this;
     }
 
-    public string ToJson() => new JsonObject
+    public string ToJson()
     {
-        ["Tern"] = Tern.DeepClone(),
-        ["ReverseProxy"] = ReverseProxy.DeepClone(),
-        ["Logging"] = new JsonObject { ["LogLevel"] = new JsonObject { ["Default"] = "Warning", ["Tern.Proxy.Tls"] = "Debug", ["Tern.Proxy.Configuration"] = "Information", ["Tern.Proxy.Forwarding"] = "Information" } },
-    }.ToJsonString(new JsonSerializerOptions { WriteIndented = true });
+        var json = new JsonObject
+        {
+            ["Tern"] = Tern.DeepClone(),
+            ["ReverseProxy"] = ReverseProxy.DeepClone(),
+            ["Logging"] = new JsonObject { ["LogLevel"] = new JsonObject { ["Default"] = "Warning", ["Tern.Proxy.Tls"] = "Debug", ["Tern.Proxy.Configuration"] = "Information", ["Tern.Proxy.Forwarding"] = "Information" } },
+        };
+        if (Kestrel is not null)
+        {
+            json["Kestrel"] = Kestrel.DeepClone();
+        }
+
+        return json.ToJsonString(new JsonSerializerOptions { WriteIndented = true });
+    }
 }

@@ -30,6 +30,10 @@ public abstract class ProcessTests(string engine)
         { "ticket keys a device", "Tern__Tls__SessionTicketKeys=/dev/zero", "error: Tern:Tls:SessionTicketKeys: cannot read '/dev/zero': it is a character device, not a regular file" },
         { "certificate a folder", $"Tern__Tls__Certificates__main__CertificatePath=/tmp|Tern__Tls__Certificates__main__KeyPath={TestPki.ATest.KeyPath}", "error: Tern:Tls:Certificates:main:CertificatePath: cannot read '/tmp': it is a folder, not a regular file" },
         { "TERN_CONFIG a device", "TERN_CONFIG=/dev/zero", "error: TERN_CONFIG (/dev/zero): it is a character device, not a regular file" },
+        { "Kestrel limit out of range", "Kestrel__Limits__MaxRequestBodySize=-5", "error: Kestrel:Limits:MaxRequestBodySize: '-5' is out of range: Value must be null or a non-negative number." },
+        { "Kestrel limit not a number", "Kestrel__Limits__Http2__MaxStreamsPerConnection=many", "error: Kestrel:Limits:Http2:MaxStreamsPerConnection: 'many' is not a number" },
+        { "Kestrel limit misspelt", "Kestrel__Limits__MaxBodySize=1000", "error: Kestrel:Limits:MaxBodySize: is not one of Kestrel's limits (misspelt?)" },
+        { "Kestrel data rate half given", "Kestrel__Limits__MinRequestBodyDataRate__BytesPerSecond=100", "error: Kestrel:Limits:MinRequestBodyDataRate: needs both BytesPerSecond and GracePeriod" },
         { "client CA file missing", "Tern__Https__ClientCertificates__Mode=Optional|Tern__Https__ClientCertificates__TrustedCaPath=/nonexistent/ca.crt", "error: Tern:Https:ClientCertificates:TrustedCaPath: cannot read '/nonexistent/ca.crt'" },
     };
 

@@ -171,6 +171,55 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
         Assert.DoesNotContain(tern.Logs.Lines, l => l.StartsWith("Error:", StringComparison.Ordinal) || l.StartsWith("Critical:", StringComparison.Ordinal));
     }
 
+    /// <summary>
+    /// Kestrel:Limits, under ASP.NET Core's names, reach every listener: nginx's
+    /// client_max_body_size and keepalive_timeout. A route's own MaxRequestBodySize (YARP's) wins.
+    /// </summary>
+    [Fact]
+    public async Task KestrelLimits_BodySizeAndKeepAlive_Apply_AndARouteMayRaiseTheBodyLimit()
+    {
+        var config = TernConfig.To(engine, _upstream);
+        config.Route("big", "app", "/big/{**rest}", new JsonObject
+        {
+            ["MaxRequestBodySize"] = 100_000,
+            ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/big" }),
+        });
+        config.Kestrel = new JsonObject { ["Limits"] = new JsonObject { ["MaxRequestBodySize"] = 1000, ["KeepAliveTimeout"] = "00:00:02" } };
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        using var over = await client.PostAsync(new Uri("/echo", UriKind.Relative), new ByteArrayContent(new byte[2000]));
+        using var under = await client.PostAsync(new Uri("/echo", UriKind.Relative), new ByteArrayContent(new byte[1000]));
+        using var raised = await client.PostAsync(new Uri("/big/echo", UriKind.Relative), new ByteArrayContent(new byte[2000]));
+
+        Assert.Equal(HttpStatusCode.RequestEntityTooLarge, over.StatusCode);
+        Assert.Equal(HttpStatusCode.OK, under.StatusCode);
+        Assert.Equal(HttpStatusCode.OK, raised.StatusCode);
+
+        // An idle keep-alive connection is closed after 2 s (Kestrel checks once a second), not
+        // Kestrel's default 130 s.
+        await using var idle = await RawHttp.ConnectAsync(config.HttpsPort);
+        await idle.WriteAsync("GET /name HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        Assert.StartsWith("HTTP/1.1 200", await idle.ReadUntilAsync("\r\n0\r\n\r\n"), StringComparison.Ordinal);
+        var since = System.Diagnostics.Stopwatch.StartNew();
+        using var limit = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+        Assert.Equal("", await idle.ReadUntilAsync("never sent", limit.Token));
+        Assert.InRange(since.Elapsed, TimeSpan.FromSeconds(1.5), TimeSpan.FromSeconds(6));
+    }
+
+    [Fact]
+    public async Task KestrelLimits_ChangedOnReload_AreLoggedAsNeedingARestart()
+    {
+        var config = TernConfig.To(engine, _upstream);
+        await using var tern = await TernInstance.StartAsync(config);
+
+        config.Kestrel = new JsonObject { ["Limits"] = new JsonObject { ["MaxRequestBodySize"] = 1000 }, ["Endpoints"] = new JsonObject { ["Https"] = new JsonObject { ["Url"] = "https://*:443" } } };
+        await tern.RewriteConfigAsync(config.ToJson());
+
+        await tern.Logs.WaitForAsync("Kestrel:Limits:MaxRequestBodySize changed to 1000; it is applied at start, restart Tern to apply it");
+        await tern.Logs.WaitForAsync("Kestrel:Endpoints:Https:Url is ignored: of the Kestrel section Tern reads only Kestrel:Limits");
+    }
+
     [Fact]
     public async Task Reload_ChangingHttpPort_KeepsRedirectingOnTheBoundPort()
     {
