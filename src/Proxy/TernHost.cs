@@ -66,10 +66,17 @@ public static class TernHost
             {
                 // A port taken between the check and the bind, or held with SO_REUSEPORT.
                 var bound = app.Services.GetRequiredService<ActiveConfiguration>().Bound;
-                var key = bound.ListenerPorts().Where(p => ex.Message.Contains($":{p.Port}:", StringComparison.Ordinal) || ex.Message.Contains($":{p.Port} ", StringComparison.Ordinal))
-                    .Select(p => p.Key).FirstOrDefault() ?? "Tern listeners";
-                await Console.Error.WriteLineAsync($"error: {key}: {ex.Message}");
+                var (key, port) = bound.ListenerPorts().FirstOrDefault(p => ex.Message.Contains($":{p.Port}:", StringComparison.Ordinal) || ex.Message.Contains($":{p.Port} ", StringComparison.Ordinal));
+                await Console.Error.WriteLineAsync($"error: {key ?? "Tern listeners"}: {ex.Message}{(key is null ? "" : ListenerPorts.EphemeralHint(port))}");
                 await Console.Error.WriteLineAsync("Tern did not start: a listener could not be bound.");
+                return ConfigurationError;
+            }
+            catch (InvalidOperationException ex)
+            {
+                // Kestrel's own checks of its options (ListenerLimits makes those it knows before,
+                // naming the key): one line, not a stack trace.
+                await Console.Error.WriteLineAsync($"error: {ex.Message.Split('\n')[0]}");
+                await Console.Error.WriteLineAsync("Tern did not start: the server refused its options.");
                 return ConfigurationError;
             }
 

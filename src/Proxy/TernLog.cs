@@ -90,6 +90,6 @@ internal static partial class TernLog
     [LoggerMessage(405, LogLevel.Information, "Idle thread-pool workers spin at most {Limit} times before they sleep ({Source})")]
     public static partial void ThreadPoolSpinLimit(ILogger logger, int limit, string source);
 
-    [LoggerMessage(406, LogLevel.Warning, "{Key}: port {Port} lies in the kernel's ephemeral range {First}-{Last} (net.ipv4.ip_local_port_range), which outgoing connections on this machine draw from; while one holds the port, Tern cannot bind it at its next start: {Advice}")]
+    [LoggerMessage(406, LogLevel.Warning, "{Key}: port {Port} lies in the kernel's ephemeral range {First}-{Last} (net.ipv4.ip_local_port_range), which outgoing connections in Tern's network namespace (the machine's, or the pod's) draw from; while one holds the port, Tern cannot bind it at its next start: {Advice}")]
     public static partial void PortInEphemeralRange(ILogger logger, string key, int port, int first, int last, string advice);
 }

@@ -58,7 +58,8 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
             get
             {
                 var info = new FileInfo(File.FullPath);
-                return PolledFolder.Exists(info) ? TernFile.Refusal(File.FullPath) ?? _parseError
+                return TernFile.Refusal(File.FullPath) is { } refusal ? refusal
+                    : PolledFolder.Exists(info) ? _parseError
                     // Optional or not: a link that leads nowhere is a swap caught half-way, not a file left out.
                     : info.LinkTarget is not null ? $"it is a link to '{info.LinkTarget}', which leads to no file"
                     : File.Optional ? null

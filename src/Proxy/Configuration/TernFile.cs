@@ -72,9 +72,17 @@ internal static partial class TernFile
     [LibraryImport("libc", EntryPoint = "statx", StringMarshalling = StringMarshalling.Utf8)]
     private static unsafe partial int NativeStatx(int dirFd, string path, int flags, uint mask, byte* buffer);
 
-    /// <summary>The file's type bits and size, following links; null if it does not exist or statx is not there (not Linux).</summary>
+    // Without statx (not Linux; glibc before 2.28, musl before 1.2.5) only the size bound holds.
+    private static bool s_noStatx;
+
+    /// <summary>The file's type bits and size, following links; null if it does not exist or statx is not there.</summary>
     private static unsafe (int Type, long Size)? Stat(string path)
     {
+        if (s_noStatx)
+        {
+            return null;
+        }
+
         var buffer = stackalloc byte[StatxBufferSize];
         try
         {
@@ -85,6 +93,7 @@ internal static partial class TernFile
         }
         catch (Exception ex) when (ex is DllNotFoundException or EntryPointNotFoundException)
         {
+            s_noStatx = true;
             return null;
         }
 

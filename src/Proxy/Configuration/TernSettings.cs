@@ -104,9 +104,9 @@ public sealed record TernSettings
             yield return (key, port.ToString(System.Globalization.CultureInfo.InvariantCulture));
         }
 
-        foreach (var (key, value) in ListenerLimits)
+        foreach (var limit in Listeners.ListenerLimits.Effective(ListenerLimits))
         {
-            yield return (key, value ?? "");
+            yield return limit;
         }
 
         yield return ("Tern:Demo:Enabled", DemoEnabled ? "true" : "false");

@@ -26,10 +26,7 @@ internal static class ListenerPorts
 
             if (error is SocketError.AddressAlreadyInUse)
             {
-                var why = Ephemeral(port) is var (first, last)
-                    ? $"; it lies in the kernel's ephemeral range {first}-{last}, where an outgoing connection may hold it: {EphemeralAdvice(first)}"
-                    : "";
-                yield return new(key, $"port {port} is already in use by another process{why}");
+                yield return new(key, $"port {port} is already in use by another process{EphemeralHint(port)}");
             }
             else if (error is SocketError.AccessDenied)
             {
@@ -41,7 +38,8 @@ internal static class ListenerPorts
     /// <summary>
     /// The listeners whose port lies in the kernel's ephemeral range (net.ipv4.ip_local_port_range)
     /// and is not reserved (net.ipv4.ip_local_reserved_ports): the kernel gives such a port to any
-    /// outgoing connection on the machine, Tern's own to its upstreams included, and while one holds
+    /// outgoing connection in Tern's network namespace (the machine's, or the pod's), Tern's own to
+    /// its upstreams included, and while one holds
     /// it Tern cannot bind it at its next start. With the range, for the warning.
     /// </summary>
     public static IEnumerable<(string Key, int Port, int First, int Last)> InEphemeralRange(TernSettings settings)
@@ -54,6 +52,11 @@ internal static class ListenerPorts
             }
         }
     }
+
+    /// <summary>What to add to a "port in use" error when the port is an ephemeral one: "" or "; it lies in ...".</summary>
+    public static string EphemeralHint(int port) => Ephemeral(port) is var (first, last)
+        ? $"; it lies in the kernel's ephemeral range {first}-{last}, where an outgoing connection may hold it: {EphemeralAdvice(first)}"
+        : "";
 
     public static string EphemeralAdvice(int first) =>
         $"use a port below {first}, or reserve this one in net.ipv4.ip_local_reserved_ports";

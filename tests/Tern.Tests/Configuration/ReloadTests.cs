@@ -330,19 +330,26 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
     public async Task Reload_CertificateFileBecomesADevice_IsRejectedAndTheCertificateStays()
     {
         var folder = Directory.CreateTempSubdirectory("tern-device-").FullName;
-        var original = TestPki.Create("site", ["localhost"], folder);
-        var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", original, []));
-        await using var tern = await TernInstance.StartAsync(config);
+        try
+        {
+            var original = TestPki.Create("site", ["localhost"], folder);
+            var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]).Certificates(("site", original, []));
+            await using var tern = await TernInstance.StartAsync(config);
 
-        // /dev/zero never ends: read whole, it would take all of Tern's memory.
-        File.Delete(original.CertificatePath);
-        File.CreateSymbolicLink(original.CertificatePath, "/dev/zero");
+            // /dev/zero never ends: read whole, it would take all of Tern's memory.
+            File.Delete(original.CertificatePath);
+            File.CreateSymbolicLink(original.CertificatePath, "/dev/zero");
 
-        await tern.Logs.WaitForAsync($"Configuration reload: Tern:Tls:Certificates:site:CertificatePath: cannot read '{original.CertificatePath}': it is a character device, not a regular file");
-        string? seen = null;
-        using var client = tern.CreateClient(certificateSeen: c => seen = c.Thumbprint);
-        Assert.Equal("first", await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
-        Assert.Equal(original.Thumbprint, seen);
+            await tern.Logs.WaitForAsync($"Configuration reload: Tern:Tls:Certificates:site:CertificatePath: cannot read '{original.CertificatePath}': it is a character device, not a regular file");
+            string? seen = null;
+            using var client = tern.CreateClient(certificateSeen: c => seen = c.Thumbprint);
+            Assert.Equal("first", await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
+            Assert.Equal(original.Thumbprint, seen);
+        }
+        finally
+        {
+            Directory.Delete(folder, recursive: true);
+        }
     }
 
     [Fact]

@@ -31,8 +31,14 @@ public abstract class ProcessTests(string engine)
         { "certificate a folder", $"Tern__Tls__Certificates__main__CertificatePath=/tmp|Tern__Tls__Certificates__main__KeyPath={TestPki.ATest.KeyPath}", "error: Tern:Tls:Certificates:main:CertificatePath: cannot read '/tmp': it is a folder, not a regular file" },
         { "TERN_CONFIG a device", "TERN_CONFIG=/dev/zero", "error: TERN_CONFIG (/dev/zero): it is a character device, not a regular file" },
         { "Kestrel limit out of range", "Kestrel__Limits__MaxRequestBodySize=-5", "error: Kestrel:Limits:MaxRequestBodySize: '-5' is out of range: Value must be null or a non-negative number." },
-        { "Kestrel limit not a number", "Kestrel__Limits__Http2__MaxStreamsPerConnection=many", "error: Kestrel:Limits:Http2:MaxStreamsPerConnection: 'many' is not a number" },
+        { "Kestrel limit not a number", "Kestrel__Limits__Http2__MaxStreamsPerConnection=many", "error: Kestrel:Limits:Http2:MaxStreamsPerConnection: 'many' is not a whole number" },
         { "Kestrel limit misspelt", "Kestrel__Limits__MaxBodySize=1000", "error: Kestrel:Limits:MaxBodySize: is not one of Kestrel's limits (misspelt?)" },
+        { "Kestrel limit out of range, with Kestrel's value line", "Kestrel__Limits__Http2__MaxStreamsPerConnection=0", "error: Kestrel:Limits:Http2:MaxStreamsPerConnection: '0' is out of range: A value greater than zero is required." },
+        { "Kestrel limits refused together", "Kestrel__Limits__MaxRequestBufferSize=1000", "error: Kestrel:Limits:MaxRequestBufferSize: 1000 is smaller than Kestrel:Limits:MaxRequestLineSize (8192)" },
+        { "Kestrel duration as a bare number", "Kestrel__Limits__KeepAliveTimeout=75", "error: Kestrel:Limits:KeepAliveTimeout: '75' is not a duration: write hh:mm:ss" },
+        { "Kestrel limit that cannot be none", "Kestrel__Limits__KeepAliveTimeout=", "error: Kestrel:Limits:KeepAliveTimeout: is empty, which means no limit" },
+        { "Kestrel HTTP/3 limit", "Kestrel__Limits__Http3__MaxRequestHeaderFieldSize=1", "error: Kestrel:Limits:Http3:MaxRequestHeaderFieldSize: Tern does not serve HTTP/3" },
+        { "TERN_CONFIG a folder", "TERN_CONFIG=/tmp", "error: TERN_CONFIG (/tmp): it is a folder, not a regular file" },
         { "Kestrel data rate half given", "Kestrel__Limits__MinRequestBodyDataRate__BytesPerSecond=100", "error: Kestrel:Limits:MinRequestBodyDataRate: needs both BytesPerSecond and GracePeriod" },
         { "client CA file missing", "Tern__Https__ClientCertificates__Mode=Optional|Tern__Https__ClientCertificates__TrustedCaPath=/nonexistent/ca.crt", "error: Tern:Https:ClientCertificates:TrustedCaPath: cannot read '/nonexistent/ca.crt'" },
     };
@@ -53,6 +59,8 @@ public abstract class ProcessTests(string engine)
 
         Assert.True(exit is not null and not 0, $"{name}: exit {exit}\n{tern.Output}");
         Assert.Contains(tern.Output.Split('\n'), line => line.StartsWith(expectedLine, StringComparison.Ordinal));
+        // One line per problem: no stack trace, no message running onto a second line.
+        Assert.All(tern.Output.Split('\n').Where(l => l.Length > 0), line => Assert.True(line.StartsWith("error: ", StringComparison.Ordinal) || line.StartsWith("Tern did not start", StringComparison.Ordinal), line));
     }
 
     [Fact]
@@ -77,16 +85,25 @@ public abstract class ProcessTests(string engine)
     [Fact]
     public async Task SettingsFileOverTheSizeLimit_ExitsNonZeroNamingIt()
     {
-        var path = Path.Combine(Directory.CreateTempSubdirectory("tern-big-").FullName, "tern.json");
+        var folder = Directory.CreateTempSubdirectory("tern-big-").FullName;
+        var path = Path.Combine(folder, "tern.json");
         await File.WriteAllTextAsync(path, "{ \"padding\": \"" + new string('x', 5_000_000) + "\" }");
         var environment = FreePorts();
         environment["TERN_CONFIG"] = path;
 
-        await using var tern = TernProcess.Start(environment);
-        var exit = await tern.WaitForExitAsync(TimeSpan.FromSeconds(30));
+        int? exit;
+        string output;
+        await using (var tern = TernProcess.Start(environment))
+        {
+            exit = await tern.WaitForExitAsync(TimeSpan.FromSeconds(30));
+            output = tern.Output;
+        }
+
+        var size = new FileInfo(path).Length;
+        Directory.Delete(folder, recursive: true);
 
         Assert.Equal(1, exit);
-        Assert.Contains($"error: TERN_CONFIG ({path}): it holds {new FileInfo(path).Length:N0} bytes; Tern reads files of at most 4,194,304 bytes", tern.Output, StringComparison.Ordinal);
+        Assert.Contains($"error: TERN_CONFIG ({path}): it holds {size:N0} bytes; Tern reads files of at most 4,194,304 bytes", output, StringComparison.Ordinal);
     }
 
     [Fact]

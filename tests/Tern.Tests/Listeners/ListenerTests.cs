@@ -211,13 +211,27 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
     public async Task KestrelLimits_ChangedOnReload_AreLoggedAsNeedingARestart()
     {
         var config = TernConfig.To(engine, _upstream);
+        config.Kestrel = new JsonObject { ["Limits"] = new JsonObject { ["MaxRequestBodySize"] = 1000, ["KeepAliveTimeout"] = "00:01:15" } };
         await using var tern = await TernInstance.StartAsync(config);
 
-        config.Kestrel = new JsonObject { ["Limits"] = new JsonObject { ["MaxRequestBodySize"] = 1000 }, ["Endpoints"] = new JsonObject { ["Https"] = new JsonObject { ["Url"] = "https://*:443" } } };
+        // One limit removed (Kestrel's default comes back at a restart), one written differently
+        // but the same, and a Kestrel key Tern does not read.
+        config.Kestrel = new JsonObject
+        {
+            ["Limits"] = new JsonObject { ["keepalivetimeout"] = "00:01:15.000" },
+            ["Endpoints"] = new JsonObject { ["Https"] = new JsonObject { ["Url"] = "https://*:443" } },
+        };
         await tern.RewriteConfigAsync(config.ToJson());
 
-        await tern.Logs.WaitForAsync("Kestrel:Limits:MaxRequestBodySize changed to 1000; it is applied at start, restart Tern to apply it");
+        await tern.Logs.WaitForAsync("Kestrel:Limits:MaxRequestBodySize changed to 30000000; it is applied at start, restart Tern to apply it");
         await tern.Logs.WaitForAsync("Kestrel:Endpoints:Https:Url is ignored: of the Kestrel section Tern reads only Kestrel:Limits");
+        await tern.Logs.WaitForAsync("Configuration reloaded");
+        Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains("KeepAliveTimeout changed", StringComparison.OrdinalIgnoreCase));
+
+        // JSON null: no limit.
+        config.Kestrel = new JsonObject { ["Limits"] = new JsonObject { ["MaxRequestBodySize"] = null, ["KeepAliveTimeout"] = "00:01:15" } };
+        await tern.RewriteConfigAsync(config.ToJson());
+        await tern.Logs.WaitForAsync("Kestrel:Limits:MaxRequestBodySize changed to none; it is applied at start");
     }
 
     [Fact]
