@@ -1,13 +1,17 @@
+using System.Text.RegularExpressions;
 using Microsoft.Extensions.Configuration;
+using Microsoft.Extensions.DependencyInjection;
+using Yarp.ReverseProxy.Configuration;
 
 namespace Tern.Proxy.Configuration;
 
 /// <summary>
 /// Checks the parts of the standard YARP "ReverseProxy" section whose mistakes YARP would only
-/// show per request (a route to a missing cluster, a destination that is not a URL), with the key.
-/// YARP's own validation still runs after this one.
+/// show per request (a route to a missing cluster, a destination that is not a URL), or show
+/// without the key (a value its reader cannot convert), with the key. YARP's own validation still
+/// runs after this one.
 /// </summary>
-internal static class ReverseProxyValidator
+internal static partial class ReverseProxyValidator
 {
     public const string Section = "ReverseProxy";
 
@@ -16,6 +20,8 @@ internal static class ReverseProxyValidator
 
     public static void Validate(IConfiguration configuration, List<ConfigurationProblem> problems)
     {
+        CheckValuesYarpReads(configuration, problems);
+
         var clusters = configuration.GetSection($"{Section}:Clusters").GetChildren().ToList();
         var clusterIds = new HashSet<string>(clusters.Select(c => c.Key), StringComparer.OrdinalIgnoreCase);
 
@@ -63,4 +69,64 @@ internal static class ReverseProxyValidator
             }
         }
     }
+
+    /// <summary>
+    /// The values YARP's reader converts (numbers, booleans, enums, durations, URIs). It names
+    /// no key when one fails ("Requested value 'Tls9' was not found."), and on a reload it logs the
+    /// failure with a stack trace; so Tern runs the same reader first, and when it fails, runs it on
+    /// each value alone to find the ones it fails on. Durations are TimeSpan text, where a bare
+    /// number is a number of days: "ActivityTimeout": "30" would be 30 days, so a bare number is
+    /// refused.
+    /// </summary>
+    private static void CheckValuesYarpReads(IConfiguration configuration, List<ConfigurationProblem> problems)
+    {
+        var values = configuration.GetSection(Section).AsEnumerable().Where(pair => pair.Value is not null).ToList();
+        foreach (var (key, value) in values)
+        {
+            if (Duration().IsMatch(key) && double.TryParse(value, System.Globalization.NumberStyles.Float, System.Globalization.CultureInfo.InvariantCulture, out _))
+            {
+                problems.Add(new(key, $"'{value}' is not a duration: write hh:mm:ss (00:00:30 for 30 seconds); .NET reads a bare number as days"));
+            }
+        }
+
+        if (YarpReadError(values) is not { } whole)
+        {
+            return;
+        }
+
+        var found = problems.Count;
+        foreach (var pair in values)
+        {
+            if (YarpReadError([pair]) is { } error)
+            {
+                problems.Add(new(pair.Key, $"'{pair.Value}' is not a valid value: {error}"));
+            }
+        }
+
+        if (problems.Count == found)
+        {
+            problems.Add(new(Section, whole)); // only a combination fails: YARP's words, without a key
+        }
+    }
+
+    /// <summary>What YARP's own reader throws for these values (ReverseProxy:... keys), or null.</summary>
+    private static string? YarpReadError(IReadOnlyList<KeyValuePair<string, string?>> values)
+    {
+        var services = new ServiceCollection().AddLogging();
+        services.AddReverseProxy().LoadFromConfig(new ConfigurationBuilder().AddInMemoryCollection(values).Build().GetSection(Section));
+        using var provider = services.BuildServiceProvider();
+        try
+        {
+            provider.GetRequiredService<IProxyConfigProvider>().GetConfig();
+            return null;
+        }
+        catch (Exception ex) when (ex is FormatException or ArgumentException or OverflowException or InvalidOperationException)
+        {
+            return ex.Message.Split('\n')[0].Trim();
+        }
+    }
+
+    /// <summary>The keys YARP reads as a TimeSpan.</summary>
+    [GeneratedRegex(@"^ReverseProxy:(Routes:[^:]+:Timeout|Clusters:[^:]+:(HttpRequest:ActivityTimeout|HealthCheck:Active:(Interval|Timeout)|HealthCheck:Passive:ReactivationPeriod|SessionAffinity:Cookie:(Expiration|MaxAge)))$", RegexOptions.IgnoreCase)]
+    private static partial Regex Duration();
 }

@@ -168,6 +168,29 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);
     }
 
+    /// <summary>
+    /// A value YARP's reader cannot convert: YARP itself would log its exception with a stack
+    /// trace and no key. Tern names the key, once, and keeps the last good routes.
+    /// </summary>
+    [Fact]
+    public async Task Reload_ValueYarpCannotRead_IsRejectedNamingTheKey()
+    {
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        var rejected = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Route("b", "second", "/b/{**rest}", PrefixRemoved("/b"))
+            .Cluster("first", [_first]).Cluster("second", [_second], new System.Text.Json.Nodes.JsonObject { ["HttpRequest"] = new System.Text.Json.Nodes.JsonObject { ["VersionPolicy"] = "Whatever", ["ActivityTimeout"] = "30" } });
+        await tern.RewriteConfigAsync(rejected.ToJson());
+
+        await tern.Logs.WaitForAsync("Configuration reload: ReverseProxy:Clusters:second:HttpRequest:VersionPolicy: 'Whatever' is not a valid value: Requested value 'Whatever' was not found.");
+        await tern.Logs.WaitForAsync("Configuration reload: ReverseProxy:Clusters:second:HttpRequest:ActivityTimeout: '30' is not a duration");
+        await tern.Logs.WaitForAsync("Configuration reload rejected (2 problem(s))");
+        Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains("Exception", StringComparison.Ordinal));
+        Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
+        Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);
+    }
+
     [Fact]
     public async Task Reload_CertificateMovedThenRenewedInPlace_IsPickedUp()
     {

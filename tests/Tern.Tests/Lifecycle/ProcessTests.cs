@@ -39,6 +39,8 @@ public abstract class ProcessTests(string engine)
         { "Kestrel limit that cannot be none", "Kestrel__Limits__KeepAliveTimeout=", "error: Kestrel:Limits:KeepAliveTimeout: is empty, which means no limit" },
         { "Kestrel HTTP/3 limit", "Kestrel__Limits__Http3__MaxRequestHeaderFieldSize=1", "error: Kestrel:Limits:Http3:MaxRequestHeaderFieldSize: Tern does not serve HTTP/3" },
         { "TERN_CONFIG a folder", "TERN_CONFIG=/tmp", "error: TERN_CONFIG (/tmp): it is a folder, not a regular file" },
+        { "YARP value its reader cannot convert", "ReverseProxy__Clusters__app__HttpClient__SslProtocols__0=Tls9", "error: ReverseProxy:Clusters:app:HttpClient:SslProtocols:0: 'Tls9' is not a valid value: Requested value 'Tls9' was not found." },
+        { "YARP duration as a bare number", "ReverseProxy__Clusters__app__HttpRequest__ActivityTimeout=30", "error: ReverseProxy:Clusters:app:HttpRequest:ActivityTimeout: '30' is not a duration: write hh:mm:ss" },
         { "Kestrel data rate half given", "Kestrel__Limits__MinRequestBodyDataRate__BytesPerSecond=100", "error: Kestrel:Limits:MinRequestBodyDataRate: needs both BytesPerSecond and GracePeriod" },
         { "client CA file missing", "Tern__Https__ClientCertificates__Mode=Optional|Tern__Https__ClientCertificates__TrustedCaPath=/nonexistent/ca.crt", "error: Tern:Https:ClientCertificates:TrustedCaPath: cannot read '/nonexistent/ca.crt'" },
     };
