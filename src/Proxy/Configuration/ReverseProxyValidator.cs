@@ -83,9 +83,9 @@ internal static partial class ReverseProxyValidator
         var values = configuration.GetSection(Section).AsEnumerable().Where(pair => pair.Value is not null).ToList();
         foreach (var (key, value) in values)
         {
-            if (Duration().IsMatch(key) && double.TryParse(value, System.Globalization.NumberStyles.Float, System.Globalization.CultureInfo.InvariantCulture, out _))
+            if (Duration().IsMatch(key) && SettingReader.BareNumberForTimeSpan(value) is { } problem)
             {
-                problems.Add(new(key, $"'{value}' is not a duration: write hh:mm:ss (00:00:30 for 30 seconds); .NET reads a bare number as days"));
+                problems.Add(new(key, problem));
             }
         }
 

@@ -110,6 +110,15 @@ internal sealed class SettingReader(IConfiguration configuration)
         return value;
     }
 
+    /// <summary>
+    /// For a value .NET's configuration binder or YARP reads as a TimeSpan: a bare number is a
+    /// number of days there ("30" is 30 days), never what an operator means. The problem, or null.
+    /// </summary>
+    public static string? BareNumberForTimeSpan(string? value) =>
+        double.TryParse(value, NumberStyles.Float, CultureInfo.InvariantCulture, out var number)
+            ? $"'{value}' is not a duration: write hh:mm:ss ({TimeSpan.FromSeconds(Math.Clamp(number, 0, 86_399)):c} for {number} seconds); .NET reads a bare number as days"
+            : null;
+
     /// <summary>The values of an array setting (key:0, key:1, ...), in order.</summary>
     public IReadOnlyList<string> List(string key)
     {

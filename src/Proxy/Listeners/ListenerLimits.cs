@@ -129,9 +129,9 @@ internal static class ListenerLimits
                     return new(key, "is empty, which means no limit, and Kestrel always applies this one: give a value");
                 }
             }
-            else if (type == typeof(TimeSpan) && double.TryParse(value, NumberStyles.Float, CultureInfo.InvariantCulture, out _))
+            else if (type == typeof(TimeSpan) && SettingReader.BareNumberForTimeSpan(value) is { } bare)
             {
-                return new(key, $"'{value}' is not a duration: write hh:mm:ss (00:01:15 for 75 seconds); .NET reads a bare number as days");
+                return new(key, bare);
             }
             else if (type == typeof(double) && double.TryParse(value, NumberStyles.Float, CultureInfo.InvariantCulture, out var number) && !double.IsFinite(number))
             {
