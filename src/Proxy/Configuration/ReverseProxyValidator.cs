@@ -120,8 +120,9 @@ internal static partial class ReverseProxyValidator
             provider.GetRequiredService<IProxyConfigProvider>().GetConfig();
             return null;
         }
-        catch (Exception ex) when (ex is FormatException or ArgumentException or OverflowException or InvalidOperationException)
+        catch (Exception ex) when (ex is not OutOfMemoryException)
         {
+            // Whatever YARP's reader throws, the same values would fail it when YARP loads them.
             return ex.Message.Split('\n')[0].Trim();
         }
     }
