@@ -23,6 +23,9 @@ internal static partial class TernLog
     [LoggerMessage(104, LogLevel.Warning, "{Key} is not a Tern setting and is ignored (misspelt?)")]
     public static partial void UnknownSetting(ILogger logger, string key);
 
+    [LoggerMessage(106, LogLevel.Error, "Configuration reload failed: {Reason}; the last good configuration stays in force")]
+    public static partial void ReloadFailed(ILogger logger, Exception exception, string reason);
+
     [LoggerMessage(107, LogLevel.Warning, "{Key} is ignored: of the Kestrel section Tern reads only Kestrel:Limits; its listeners are set by Tern:Https:Port, Tern:Http:Port and Tern:Management:Port, their certificates by Tern:Tls:Certificates")]
     public static partial void KestrelSettingIgnored(ILogger logger, string key);
 

@@ -103,6 +103,12 @@ internal sealed class ConfigurationReloader(
             {
                 ApplyLocked();
             }
+            catch (Exception ex) when (ex is not OutOfMemoryException)
+            {
+                // A fault in a check, not in the settings: this runs on a timer thread, where an
+                // exception would end the process; Tern serves on with what it has.
+                TernLog.ReloadFailed(logger, ex, ex.Message);
+            }
             finally
             {
                 // Again, keeping the view from before the read: a file that changed after it (say

@@ -30,7 +30,10 @@ public sealed record ConfigurationSnapshot(
         var reader = new SettingReader(configuration);
         reader.Problems.AddRange(CheckedJsonFile.Problems(configuration));
         var settings = TernSettings.Read(reader) with { ListenerLimits = Listeners.ListenerLimits.Read(configuration, reader.Problems) };
-        ReverseProxyValidator.Validate(configuration, reader.Problems);
+        var reverseProxy = configuration.GetSection(ReverseProxyValidator.Section).AsEnumerable()
+            .Where(pair => pair.Value is not null)
+            .ToList();
+        ReverseProxyValidator.Validate(configuration, reverseProxy, reader.Problems);
         CheckLogLevels(configuration, reader.Problems);
 
         var selfSigned = settings.Certificates.Count == 0;
@@ -44,9 +47,6 @@ public sealed record ConfigurationSnapshot(
             return null;
         }
 
-        var reverseProxy = configuration.GetSection(ReverseProxyValidator.Section).AsEnumerable()
-            .Where(pair => pair.Value is not null)
-            .ToList();
         return new ConfigurationSnapshot(settings, certificates, selfSigned, reverseProxy, [.. reader.UnreadKeys(TernSettings.Section), .. Listeners.ListenerLimits.IgnoredKeys(configuration)])
         {
             SessionTicketKeys = ticketKeys,

@@ -18,9 +18,12 @@ internal static partial class ReverseProxyValidator
     /// <summary>Route metadata key that lets a route answer on the plain-HTTP listener instead of redirecting.</summary>
     public const string AllowPlainHttpMetadata = "Tern.AllowPlainHttp";
 
-    public static void Validate(IConfiguration configuration, List<ConfigurationProblem> problems)
+    /// <param name="configuration">The whole configuration.</param>
+    /// <param name="values">The section's values (ReverseProxy:... keys), listed once by the caller: listing a large section costs.</param>
+    /// <param name="problems">Where each problem goes.</param>
+    public static void Validate(IConfiguration configuration, IReadOnlyList<KeyValuePair<string, string?>> values, List<ConfigurationProblem> problems)
     {
-        CheckValuesYarpReads(configuration, problems);
+        CheckValuesYarpReads(values, problems);
 
         var clusters = configuration.GetSection($"{Section}:Clusters").GetChildren().ToList();
         var clusterIds = new HashSet<string>(clusters.Select(c => c.Key), StringComparer.OrdinalIgnoreCase);
@@ -78,14 +81,16 @@ internal static partial class ReverseProxyValidator
     /// number is a number of days: "ActivityTimeout": "30" would be 30 days, so a bare number is
     /// refused.
     /// </summary>
-    private static void CheckValuesYarpReads(IConfiguration configuration, List<ConfigurationProblem> problems)
+    private static void CheckValuesYarpReads(IReadOnlyList<KeyValuePair<string, string?>> values, List<ConfigurationProblem> problems)
     {
-        var values = configuration.GetSection(Section).AsEnumerable().Where(pair => pair.Value is not null).ToList();
+        var before = problems.Count;
+        var reported = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
         foreach (var (key, value) in values)
         {
             if (Duration().IsMatch(key) && SettingReader.BareNumberForTimeSpan(value) is { } problem)
             {
                 problems.Add(new(key, problem));
+                reported.Add(key);
             }
         }
 
@@ -94,8 +99,7 @@ internal static partial class ReverseProxyValidator
             return;
         }
 
-        var found = problems.Count;
-        foreach (var pair in values)
+        foreach (var pair in values.Where(v => !reported.Contains(v.Key)))
         {
             if (YarpReadError([pair]) is { } error)
             {
@@ -103,7 +107,7 @@ internal static partial class ReverseProxyValidator
             }
         }
 
-        if (problems.Count == found)
+        if (problems.Count == before)
         {
             problems.Add(new(Section, whole)); // only a combination fails: YARP's words, without a key
         }

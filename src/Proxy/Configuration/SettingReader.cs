@@ -114,10 +114,19 @@ internal sealed class SettingReader(IConfiguration configuration)
     /// For a value .NET's configuration binder or YARP reads as a TimeSpan: a bare number is a
     /// number of days there ("30" is 30 days), never what an operator means. The problem, or null.
     /// </summary>
-    public static string? BareNumberForTimeSpan(string? value) =>
-        double.TryParse(value, NumberStyles.Float, CultureInfo.InvariantCulture, out var number)
-            ? $"'{value}' is not a duration: write hh:mm:ss ({TimeSpan.FromSeconds(Math.Clamp(number, 0, 86_399)):c} for {number} seconds); .NET reads a bare number as days"
-            : null;
+    public static string? BareNumberForTimeSpan(string? value)
+    {
+        if (!double.TryParse(value, NumberStyles.Float, CultureInfo.InvariantCulture, out var number))
+        {
+            return null;
+        }
+
+        // Both readings, where they are durations at all (not NaN, negative or beyond TimeSpan).
+        var examples = double.IsFinite(number) && number > 0 && number < 1e9
+            ? $" ({TimeSpan.FromSeconds(number):c} for {value} seconds, {TimeSpan.FromDays(number):c} for {value} days)"
+            : "";
+        return $"'{value}' is not a duration: write [d.]hh:mm:ss{examples}; .NET reads a bare number as days";
+    }
 
     /// <summary>The values of an array setting (key:0, key:1, ...), in order.</summary>
     public IReadOnlyList<string> List(string key)
