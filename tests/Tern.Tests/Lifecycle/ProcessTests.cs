@@ -160,7 +160,10 @@ public abstract class ProcessTests(string engine)
         int port;
         using (var probe = new TcpListener(IPAddress.Loopback, 0))
         {
-            probe.Start(); // the kernel hands out a free port of its ephemeral range
+            // The kernel hands out a free port of its ephemeral range. Between here and Tern's bind
+            // an outgoing connection of a parallel test could take it, but Linux gives bind(0) odd
+            // ports and connect() even ones first, so that is unlikely.
+            probe.Start();
             port = ((IPEndPoint)probe.LocalEndpoint).Port;
         }
 
