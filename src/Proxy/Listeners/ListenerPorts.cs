@@ -39,8 +39,8 @@ internal static class ListenerPorts
     /// The listeners whose port lies in the kernel's ephemeral range (net.ipv4.ip_local_port_range)
     /// and is not reserved (net.ipv4.ip_local_reserved_ports): the kernel gives such a port to any
     /// outgoing connection in Tern's network namespace (the machine's, or the pod's), Tern's own to
-    /// its upstreams included, and while one holds
-    /// it Tern cannot bind it at its next start. With the range, for the warning.
+    /// its upstreams included, and while one holds it Tern cannot bind it at its next start. With
+    /// the range, for the warning.
     /// </summary>
     public static IEnumerable<(string Key, int Port, int First, int Last)> InEphemeralRange(TernSettings settings)
     {
