@@ -155,7 +155,8 @@ internal static class ListenerLimits
         {
             // The binder could not convert the text ("Failed to convert configuration value ...").
             var (key, value) = values.Count == 1 ? values[0] : values.FirstOrDefault(v => ex.Message.Contains($"'{v.Key}'", StringComparison.OrdinalIgnoreCase));
-            var type = key is null ? null : Nullable.GetUnderlyingType(Resolve(key)!.PropertyType) ?? Resolve(key)!.PropertyType;
+            var declared = key is null ? null : Resolve(key)!.PropertyType;
+            var type = declared is null ? null : Nullable.GetUnderlyingType(declared) ?? declared;
             var expected = type == typeof(TimeSpan) ? "a duration (hh:mm:ss, e.g. 00:02:10)"
                 : type == typeof(bool) ? "true or false"
                 : type == typeof(double) ? "a number"
