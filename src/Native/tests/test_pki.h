@@ -12,6 +12,8 @@ typedef struct Pem
 
 // A self-signed ECDSA P-256 certificate for host, valid for an hour, and its key, in PEM.
 Pem MakeCertificate(const char* host);
+// The same with names more DNS names in its subjectAltName: a certificate of about 12 * names bytes.
+Pem MakeLargeCertificate(const char* host, int names);
 void FreePem(Pem* pem);
 
 // A copy of a memory BIO's contents, NUL-terminated; the caller frees it.

@@ -1,0 +1,775 @@
+// Fuzz target for libtern_tls: one connection between a real OpenSSL client and the library,
+// every step chosen by the input. The input is a script, not a TLS stream, so that the fuzzer
+// spends its time on the library's own code (the windows, the spill buffer, records written
+// across windows, the call contract) rather than on OpenSSL's parsers:
+//   - how much ciphertext each call gets and how large each output window is (0 included);
+//   - what the client does: writes, KeyUpdates (TLS 1.3), close_notify;
+//   - what the server does: encrypts, shuts down, is asked the state queries;
+//   - tampering with the bytes in flight: a byte flipped, bytes inserted, the stream cut. This
+//     also makes malformed ClientHellos and records out of real ones.
+// Every buffer handed to the library is allocated at its exact size, so a read or write past a
+// window is an AddressSanitizer report. Checked on every call: the counts stay inside the
+// windows, the status is the return value, an error has a reason. Checked on the data: every
+// byte arrives once, in order, unchanged, in both directions; and unless the bytes were tampered
+// with, the library never fails a connection and delivers everything by the end.
+//
+// Built two ways (CMakeLists.txt): with libFuzzer (clang, -DTERN_FUZZ=ON) for coverage-guided
+// runs, and with the driver at the bottom, which CTest runs under the sanitizers on inputs from a
+// seeded generator and replays saved inputs (tests/fuzz runs libFuzzer).
+#include "tern_tls.h"
+#include "test_pki.h"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REQUIRE(cond)                                                                     \
+    do                                                                                    \
+    {                                                                                     \
+        if (!(cond))                                                                      \
+        {                                                                                 \
+            fprintf(stderr, "%s:%d: requirement failed: %s\n", __FILE__, __LINE__, #cond); \
+            abort();                                                                      \
+        }                                                                                 \
+    } while (0)
+
+// The input, read front to back; past its end every read is 0 and Exhausted() is true.
+typedef struct Script
+{
+    const uint8_t* data;
+    size_t size;
+    size_t at;
+} Script;
+
+static int Exhausted(const Script* script)
+{
+    return script->at >= script->size;
+}
+
+static uint8_t Next(Script* script)
+{
+    return script->at < script->size ? script->data[script->at++] : 0;
+}
+
+// A length of at most max, drawn so that the edges (0, 1, a record, a record and one, max) come
+// up often and any value can.
+static size_t NextSize(Script* script, size_t max)
+{
+    uint8_t kind = Next(script);
+    size_t value;
+    switch (kind & 7)
+    {
+    case 0: value = 0; break;
+    case 1: value = 1u + (kind >> 3); break;
+    case 2: value = 16384; break;
+    case 3: value = 16384 + 1u + (kind >> 3); break;
+    case 4: value = max; break;
+    default: value = ((size_t)Next(script) << 8 | Next(script)) * (1u + (kind >> 6)); break;
+    }
+
+    return value > max ? max : value;
+}
+
+// The bytes each side sends, by their offset in its stream: a shifted or repeated byte shows.
+static uint8_t Pattern(size_t offset, uint8_t salt)
+{
+    return (uint8_t)(offset ^ (offset >> 8) ^ (offset >> 16) ^ salt);
+}
+
+enum
+{
+    ClientSalt = 0x5a,
+    ServerSalt = 0xc3,
+    MaxChunk = 40000, // over two records, so that records split at every boundary
+    MaxSteps = 400,
+};
+
+// Ciphertext on its way from the client to the server, where tampering happens.
+typedef struct Wire
+{
+    uint8_t* data;
+    size_t length;
+    size_t capacity;
+} Wire;
+
+static void WireAppend(Wire* wire, const uint8_t* data, size_t length)
+{
+    if (wire->capacity - wire->length < length)
+    {
+        size_t capacity = wire->capacity == 0 ? 4096 : wire->capacity;
+        while (capacity - wire->length < length)
+        {
+            capacity *= 2;
+        }
+
+        wire->data = realloc(wire->data, capacity);
+        REQUIRE(wire->data != NULL);
+        wire->capacity = capacity;
+    }
+
+    memcpy(wire->data + wire->length, data, length);
+    wire->length += length;
+}
+
+static void WireConsume(Wire* wire, size_t count)
+{
+    memmove(wire->data, wire->data + count, wire->length - count);
+    wire->length -= count;
+}
+
+// What the scripts reached, for the driver's summary.
+static struct
+{
+    long handshakes, tampered, failed, clean, keyUpdates, unreadLimit, clientBytes, serverBytes;
+} s_reached;
+
+typedef struct Session
+{
+    Script* script;
+    TernTlsConnection* server;
+    SSL* client;
+    BIO* toClient;   // what the server produced, for the client to read
+    BIO* fromClient; // what the client wrote
+    Wire wire;
+
+    size_t clientSent;     // plaintext bytes the client wrote
+    size_t serverReceived; // plaintext bytes Decrypt produced
+    size_t serverSent;     // plaintext bytes Encrypt consumed
+    size_t clientReceived; // plaintext bytes the client read
+    size_t encryptChunk;   // plaintext offered to the last Encrypt that has not been taken yet
+    int writePending;      // Encrypt wrote part of a record: only Encrypt with the same input may follow
+    int decryptMore;       // the last Decrypt filled its window: OpenSSL may hold more plaintext
+    int32_t pending;       // bytes in the spill buffer after the last call
+
+    int serverReady;   // Handshake returned OK
+    int tampered;      // bytes on the wire were changed: failures are expected from then on
+    int serverFailed;  // the library returned ERROR
+    int clientFailed;  // the client gave up (tampering, or the server's alert)
+    int clientClosed;  // the client sent close_notify
+    int serverClosed;  // Decrypt returned CLOSED
+    int serverShutdown; // the server sent close_notify
+    int tls13;
+    int mayTamper; // half the scripts leave the bytes alone, so that the no-loss checks apply to them
+} Session;
+
+// Moves what the client wrote onto the wire.
+static void ClientFlush(Session* session)
+{
+    uint8_t* data = NULL;
+    long length = BIO_get_mem_data(session->fromClient, (char**)&data);
+    if (length > 0)
+    {
+        WireAppend(&session->wire, data, (size_t)length);
+    }
+
+    (void)BIO_reset(session->fromClient);
+}
+
+// Checks one result against the call that returned it.
+static void CheckResult(Session* session, int32_t status, const TernTlsResult* result, size_t inputLength, size_t outputLength,
+                        int mayFail)
+{
+    REQUIRE(result->status == status);
+    REQUIRE(status == TERN_TLS_OK || status == TERN_TLS_WANT_READ || status == TERN_TLS_CLOSED ||
+            status == TERN_TLS_OUTPUT_FULL || status == TERN_TLS_ERROR || status == TERN_TLS_BAD_ARGUMENT);
+    REQUIRE(result->consumed >= 0 && (size_t)result->consumed <= inputLength);
+    REQUIRE(result->produced >= 0 && (size_t)result->produced <= outputLength);
+    REQUIRE(result->drained >= 0 && result->drained <= result->produced);
+    REQUIRE(result->spilled >= 0 && result->pending >= 0);
+    if (status != TERN_TLS_BAD_ARGUMENT)
+    {
+        session->pending = result->pending;
+    }
+
+    if (status == TERN_TLS_ERROR)
+    {
+        char reason[512];
+        REQUIRE(TernTls_ConnectionError(session->server, reason, sizeof(reason)) > 0);
+        // Untouched traffic from a real client never fails a connection, unless it provoked more
+        // answers than the library keeps unread (KeyUpdates the client did not read the replies to).
+        REQUIRE(session->tampered || mayFail || strstr(reason, "does not read what TLS answers") != NULL);
+        session->serverFailed = 1;
+    }
+}
+
+// The client reads what it can and checks it against the server's stream.
+static void ClientRead(Session* session)
+{
+    if (session->clientFailed)
+    {
+        return;
+    }
+
+    uint8_t buffer[8192];
+    for (;;)
+    {
+        size_t read = 0;
+        int ok = SSL_is_init_finished(session->client) ? SSL_read_ex(session->client, buffer, sizeof(buffer), &read)
+                                                        : SSL_do_handshake(session->client);
+        if (ok == 1)
+        {
+            for (size_t i = 0; i < read; i++)
+            {
+                REQUIRE(buffer[i] == Pattern(session->clientReceived + i, ServerSalt));
+            }
+
+            session->clientReceived += read;
+            if (read == 0)
+            {
+                break;
+            }
+
+            continue;
+        }
+
+        int error = SSL_get_error(session->client, ok);
+        if (error == SSL_ERROR_WANT_READ)
+        {
+            break;
+        }
+
+        // A close_notify the server sent, or an alert after tampering: the client is done.
+        REQUIRE(error == SSL_ERROR_ZERO_RETURN ? session->serverShutdown : (session->tampered || session->serverFailed));
+        session->clientFailed = 1;
+        break;
+    }
+
+    ERR_clear_error();
+    ClientFlush(session);
+}
+
+// Hands what the server produced to the client.
+static void ToClient(Session* session, const uint8_t* output, int32_t produced)
+{
+    if (produced > 0)
+    {
+        BIO_write(session->toClient, output, produced);
+    }
+}
+
+// A window's size from the script; once it has run out, a roomy one, so that a session ends.
+static size_t Window(Script* script)
+{
+    return Exhausted(script) ? 16384 + 64 : NextSize(script, MaxChunk);
+}
+
+// Drains the spill buffer through Encrypt with no input, as the transport does.
+static void Drain(Session* session, size_t window)
+{
+    uint8_t* output = window == 0 ? NULL : malloc(window);
+    TernTlsResult result;
+    int32_t status = TernTls_Encrypt(session->server, NULL, 0, output, (int32_t)window, &result);
+    CheckResult(session, status, &result, 0, window, 0);
+    REQUIRE(result.consumed == 0);
+    if (!session->serverFailed)
+    {
+        REQUIRE(result.drained == result.produced);
+    }
+
+    ToClient(session, output, result.produced);
+    free(output);
+}
+
+// Feeds the server count bytes of the wire (as Handshake or Decrypt) through a window.
+static void ServerRead(Session* session, size_t count, size_t window)
+{
+    if (count > session->wire.length)
+    {
+        count = session->wire.length;
+    }
+
+    uint8_t* input = count == 0 ? NULL : malloc(count);
+    if (count > 0)
+    {
+        memcpy(input, session->wire.data, count);
+    }
+
+    TernTlsResult result;
+    memset(&result, 0xee, sizeof(result));
+    int32_t status;
+    uint8_t* output;
+    if (!session->serverReady)
+    {
+        output = window == 0 ? NULL : malloc(window);
+        status = TernTls_Handshake(session->server, input, (int32_t)count, output, (int32_t)window, &result);
+        CheckResult(session, status, &result, count, window, 0);
+        REQUIRE(status == TERN_TLS_OK || status == TERN_TLS_WANT_READ || status == TERN_TLS_ERROR);
+        session->serverReady = status == TERN_TLS_OK;
+        ToClient(session, output, result.produced);
+    }
+    else
+    {
+        // Decrypt needs a window: an empty one is refused (checked below).
+        if (window == 0)
+        {
+            status = TernTls_Decrypt(session->server, input, (int32_t)count, NULL, 0, &result);
+            REQUIRE(status == TERN_TLS_BAD_ARGUMENT && result.status == status && result.produced == 0);
+            free(input);
+            return;
+        }
+
+        output = malloc(window);
+        int32_t unread = session->pending;
+        status = TernTls_Decrypt(session->server, input, (int32_t)count, output, (int32_t)window, &result);
+        if (session->writePending)
+        {
+            // A record is half written: the contract refuses Decrypt until Encrypt finishes it.
+            REQUIRE(status == TERN_TLS_BAD_ARGUMENT && result.status == status && result.consumed == 0 && result.produced == 0);
+            free(output);
+            free(input);
+            return;
+        }
+
+        CheckResult(session, status, &result, count, window, 0);
+        REQUIRE(result.drained == 0); // Decrypt has no window for what OpenSSL writes
+        if (unread > TERN_TLS_UNREAD_ANSWERS_LIMIT)
+        {
+            // A client that does not read its answers is stopped before anything more is read.
+            REQUIRE(status == TERN_TLS_ERROR && result.consumed == 0 && result.produced == 0);
+            s_reached.unreadLimit++;
+        }
+
+        if (session->serverClosed)
+        {
+            REQUIRE(result.produced == 0);
+        }
+
+        for (int32_t i = 0; i < result.produced; i++)
+        {
+            REQUIRE(output[i] == Pattern(session->serverReceived + (size_t)i, ClientSalt));
+        }
+
+        session->serverReceived += (size_t)result.produced;
+        if (status == TERN_TLS_CLOSED)
+        {
+            // close_notify comes after everything the client wrote before it.
+            REQUIRE(session->clientClosed || session->tampered);
+            if (!session->tampered)
+            {
+                REQUIRE(session->serverReceived == session->clientSent);
+            }
+
+            session->serverClosed = 1;
+        }
+
+        if (status == TERN_TLS_OK)
+        {
+            REQUIRE((size_t)result.produced == window); // OK means the window filled up
+        }
+
+        session->decryptMore = status == TERN_TLS_OK;
+    }
+
+    if (status == TERN_TLS_WANT_READ)
+    {
+        REQUIRE((size_t)result.consumed == count); // "needs more input": all of it was used
+    }
+
+    WireConsume(&session->wire, (size_t)result.consumed);
+    free(output);
+    free(input);
+    if (result.pending > 0 && !session->serverFailed)
+    {
+        // Often a small window, so that the spill buffer is left part drained.
+        uint8_t small = Exhausted(session->script) ? 255 : Next(session->script);
+        Drain(session, small < 96 ? small : Window(session->script));
+    }
+
+    ClientRead(session);
+}
+
+// Encrypts the server's next plaintext through a window; after OUTPUT_FULL with nothing taken the
+// same input is offered again, as the contract asks.
+static void ServerWrite(Session* session, size_t size, size_t window)
+{
+    if (!session->writePending && session->encryptChunk == 0)
+    {
+        session->encryptChunk = size;
+    }
+
+    size_t length = session->encryptChunk;
+    uint8_t* input = length == 0 ? NULL : malloc(length);
+    for (size_t i = 0; i < length; i++)
+    {
+        input[i] = Pattern(session->serverSent + i, ServerSalt);
+    }
+
+    uint8_t* output = window == 0 ? NULL : malloc(window);
+    TernTlsResult result;
+    int32_t status = TernTls_Encrypt(session->server, input, (int32_t)length, output, (int32_t)window, &result);
+    // Nothing is sent after close_notify: OpenSSL refuses it.
+    CheckResult(session, status, &result, length, window, session->serverShutdown && length > 0);
+    if (status == TERN_TLS_ERROR && session->serverShutdown)
+    {
+        session->serverFailed = 0; // refused, not failed: the connection can still read
+        session->encryptChunk = 0;
+    }
+    else if (status != TERN_TLS_ERROR)
+    {
+        // Before its handshake is done the server has nothing to encrypt with; the transport
+        // never asks then, but the answer must still be sane.
+        REQUIRE(status == TERN_TLS_OK || status == TERN_TLS_OUTPUT_FULL || (status == TERN_TLS_WANT_READ && !session->serverReady));
+        session->writePending = status == TERN_TLS_OUTPUT_FULL && result.consumed == 0 && result.pending == 0 && length > 0 && window > 0;
+        session->serverSent += (size_t)result.consumed;
+        session->encryptChunk -= (size_t)result.consumed;
+    }
+
+    ToClient(session, output, result.produced);
+    free(output);
+    free(input);
+    ClientRead(session);
+}
+
+static void ClientWrite(Session* session, size_t size)
+{
+    if (session->clientFailed || session->clientClosed || size == 0)
+    {
+        return;
+    }
+
+    uint8_t* data = malloc(size);
+    for (size_t i = 0; i < size; i++)
+    {
+        data[i] = Pattern(session->clientSent + i, ClientSalt);
+    }
+
+    size_t written = 0;
+    if (SSL_write_ex(session->client, data, size, &written) == 1)
+    {
+        REQUIRE(written == size);
+        session->clientSent += written;
+    }
+    else
+    {
+        // Only a client that already read an alert or a close_notify fails to write.
+        REQUIRE(session->tampered || session->serverShutdown || session->serverFailed);
+        session->clientFailed = 1;
+        ERR_clear_error();
+    }
+
+    free(data);
+    ClientFlush(session);
+}
+
+// Changes the bytes in flight: one flipped, some inserted, or the rest cut off.
+static void Tamper(Session* session)
+{
+    Script* script = session->script;
+    uint8_t kind = Next(script);
+    size_t at = session->wire.length == 0 ? 0 : ((size_t)Next(script) << 8 | Next(script)) % (session->wire.length + 1);
+    switch (kind % 3)
+    {
+    case 0:
+        if (at < session->wire.length)
+        {
+            uint8_t mask = Next(script);
+            session->wire.data[at] ^= mask == 0 ? 1 : mask;
+            session->tampered = 1;
+        }
+
+        break;
+    case 1:
+    {
+        size_t count = 1 + Next(script) % 64;
+        uint8_t bytes[64];
+        for (size_t i = 0; i < count; i++)
+        {
+            bytes[i] = Next(script);
+        }
+
+        size_t tail = session->wire.length - at;
+        WireAppend(&session->wire, bytes, count); // grows the buffer; the bytes move into place below
+        memmove(session->wire.data + at + count, session->wire.data + at, tail);
+        memcpy(session->wire.data + at, bytes, count);
+        session->tampered = 1;
+        break;
+    }
+    default:
+        if (at < session->wire.length)
+        {
+            session->wire.length = at;
+            session->tampered = 1;
+        }
+
+        break;
+    }
+}
+
+static void Step(Session* session)
+{
+    Script* script = session->script;
+    uint8_t op = Next(script);
+    if (op % 10 == 6 && !session->mayTamper)
+    {
+        op = 0;
+    }
+
+    switch (op % 10)
+    {
+    case 0:
+    case 1:
+        ClientWrite(session, NextSize(script, MaxChunk));
+        break;
+    case 2:
+    case 3:
+    {
+        size_t count = NextSize(script, session->wire.length);
+        ServerRead(session, count, NextSize(script, MaxChunk));
+        break;
+    }
+    case 4:
+    case 5:
+    {
+        size_t size = NextSize(script, MaxChunk);
+        ServerWrite(session, size, NextSize(script, MaxChunk));
+        break;
+    }
+    case 6:
+        Tamper(session);
+        break;
+    case 7:
+        if (session->tls13 && !session->clientFailed && !session->clientClosed)
+        {
+            // The server answers a requested KeyUpdate with its own: written during Decrypt,
+            // where there is no window, so it goes through the spill buffer. A quarter of the time
+            // up to 253 at once, so that unread answers pile up there: the buffer grows, is
+            // compacted after a partial drain, and meets the library's limit on unread answers.
+            uint8_t burst = Next(script);
+            for (int count = burst < 192 ? 1 : 1 + (burst - 192) * 4; count > 0; count--)
+            {
+                REQUIRE(SSL_key_update(session->client, SSL_KEY_UPDATE_REQUESTED) == 1);
+                s_reached.keyUpdates++;
+                REQUIRE(SSL_do_handshake(session->client) == 1);
+            }
+
+            ClientFlush(session);
+        }
+
+        break;
+    case 8:
+        if (!session->clientFailed && !session->clientClosed)
+        {
+            SSL_shutdown(session->client);
+            session->clientClosed = 1;
+            ClientFlush(session);
+        }
+
+        break;
+    default:
+    {
+        size_t window = NextSize(script, MaxChunk);
+        uint8_t* output = window == 0 ? NULL : malloc(window);
+        TernTlsResult result;
+        int32_t status = TernTls_Shutdown(session->server, output, (int32_t)window, &result);
+        if (session->writePending)
+        {
+            REQUIRE(status == TERN_TLS_BAD_ARGUMENT && result.produced == 0);
+        }
+        else
+        {
+            CheckResult(session, status, &result, 0, window, 0);
+            session->serverShutdown |= status == TERN_TLS_OK && session->serverReady;
+            ToClient(session, output, result.produced);
+        }
+
+        free(output);
+        REQUIRE(TernTls_ConnectionPartialRecord(session->server) == 0 || TernTls_ConnectionPartialRecord(session->server) == 1);
+        ClientRead(session);
+        break;
+    }
+    }
+}
+
+static TernTlsServer* s_server;
+static SSL_CTX* s_clients[2];
+
+// A client that asks for large.fuzz.test gets a certificate of about 12 KB: the server's flight
+// then outgrows the spill buffer's first 4 KB.
+static int32_t SelectLarge(void* state, const char* name, int32_t length)
+{
+    (void)state;
+    return name != NULL && length == 15 && memcmp(name, "large.fuzz.test", 15) == 0 ? 1 : -1;
+}
+
+static void Setup(void)
+{
+    if (s_server != NULL)
+    {
+        return;
+    }
+
+    static const uint8_t alpn[] = "\x02h2\x08http/1.1";
+    REQUIRE(TernTls_ServerCreate(alpn, (int32_t)sizeof(alpn) - 1, SelectLarge, NULL, &s_server) == TERN_TLS_OK);
+    Pem pems[2] = {MakeCertificate("fuzz.test"), MakeLargeCertificate("large.fuzz.test", 1000)};
+    for (int i = 0; i < 2; i++)
+    {
+        REQUIRE(TernTls_ServerAddCertificate(s_server, (const uint8_t*)pems[i].certificate, pems[i].certificateLength,
+                                             (const uint8_t*)pems[i].key, pems[i].keyLength) == i);
+        FreePem(&pems[i]);
+    }
+
+    const int versions[2] = {TLS1_2_VERSION, TLS1_3_VERSION};
+    for (int i = 0; i < 2; i++)
+    {
+        s_clients[i] = SSL_CTX_new(TLS_client_method());
+        REQUIRE(s_clients[i] != NULL);
+        SSL_CTX_set_min_proto_version(s_clients[i], versions[i]);
+        SSL_CTX_set_max_proto_version(s_clients[i], versions[i]);
+        // The server sends its tickets after the handshake; the client has no use for them.
+        SSL_CTX_set_session_cache_mode(s_clients[i], SSL_SESS_CACHE_OFF);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
+{
+    Setup();
+    Script script = {data, size, 0};
+    Session session;
+    memset(&session, 0, sizeof(session));
+    uint8_t kind = Next(&script);
+    session.tls13 = kind & 1;
+    session.mayTamper = (kind >> 1) & 1;
+    const char* serverName = (kind >> 2) & 1 ? "large.fuzz.test" : "fuzz.test";
+    session.client = SSL_new(s_clients[session.tls13]);
+    session.toClient = BIO_new(BIO_s_mem());
+    session.fromClient = BIO_new(BIO_s_mem());
+    REQUIRE(session.client != NULL && session.toClient != NULL && session.fromClient != NULL);
+    SSL_set_bio(session.client, session.toClient, session.fromClient);
+    SSL_set_connect_state(session.client);
+    SSL_set_tlsext_host_name(session.client, serverName);
+    REQUIRE(TernTls_ConnectionCreate(s_server, &session.server) == TERN_TLS_OK);
+
+    // The handshake, step by step: the script picks each step's input and window, and may tamper.
+    session.script = &script;
+    ClientRead(&session); // the ClientHello
+    int steps = 0;
+    while (!session.serverFailed && !session.clientFailed && steps++ < MaxSteps &&
+           !(SSL_is_init_finished(session.client) && session.wire.length == 0))
+    {
+        if (Exhausted(&script))
+        {
+            Drain(&session, 16384);
+            ServerRead(&session, session.wire.length, 16384);
+            if (session.wire.length > 0 && !SSL_is_init_finished(session.client))
+            {
+                break; // tampering left bytes that can never make a record
+            }
+
+            continue;
+        }
+
+        if (Next(&script) % 8 == 0 && session.mayTamper)
+        {
+            Tamper(&session);
+            continue;
+        }
+
+        size_t count = NextSize(&script, session.wire.length);
+        ServerRead(&session, count, NextSize(&script, MaxChunk));
+    }
+
+    // Then the data: writes, reads, KeyUpdates and closes in the order the script gives.
+    steps = 0;
+    while (SSL_is_init_finished(session.client) && !session.serverFailed && !Exhausted(&script) && steps++ < MaxSteps)
+    {
+        Step(&session);
+    }
+
+    // Last, everything in flight is delivered through roomy windows: nothing may be lost.
+    if (SSL_is_init_finished(session.client) && !session.tampered && !session.serverFailed)
+    {
+        for (int round = 0; round < 64 && (session.encryptChunk > 0 || session.wire.length > 0 || session.decryptMore); round++)
+        {
+            if (session.encryptChunk > 0)
+            {
+                ServerWrite(&session, 0, 16384 + 64);
+            }
+
+            if ((session.wire.length > 0 || session.decryptMore) && !session.serverClosed)
+            {
+                ServerRead(&session, session.wire.length, 65536);
+            }
+            else if (session.serverClosed)
+            {
+                session.wire.length = 0; // the client wrote nothing after its close_notify
+            }
+        }
+
+        REQUIRE(session.encryptChunk == 0 && !session.writePending);
+        REQUIRE(session.serverReceived == session.clientSent);
+        if (!session.serverShutdown && !session.clientFailed)
+        {
+            REQUIRE(session.clientReceived == session.serverSent);
+        }
+    }
+
+    s_reached.handshakes += session.serverReady;
+    s_reached.tampered += session.tampered;
+    s_reached.failed += session.serverFailed;
+    s_reached.clean += session.serverReady && !session.tampered;
+    s_reached.clientBytes += (long)session.serverReceived;
+    s_reached.serverBytes += (long)session.clientReceived;
+    TernTls_ConnectionFree(session.server);
+    SSL_free(session.client);
+    free(session.wire.data);
+    ERR_clear_error();
+    return 0;
+}
+
+#ifndef TERN_LIBFUZZER
+// The driver CTest runs: `tern_tls_fuzz --random COUNT SEED` makes COUNT scripts of up to 600
+// bytes from a seeded generator; any other argument is a saved input (a libFuzzer crash file,
+// say) to replay.
+static uint64_t s_state;
+
+static uint8_t RandomByte(void)
+{
+    s_state ^= s_state << 13;
+    s_state ^= s_state >> 7;
+    s_state ^= s_state << 17;
+    return (uint8_t)(s_state >> 32);
+}
+
+int main(int argc, char** argv)
+{
+    if (argc == 4 && strcmp(argv[1], "--random") == 0)
+    {
+        long count = strtol(argv[2], NULL, 10);
+        s_state = 0x9e3779b97f4a7c15ull ^ (uint64_t)strtoull(argv[3], NULL, 10);
+        uint8_t script[600];
+        for (long i = 0; i < count; i++)
+        {
+            size_t size = 1 + ((size_t)RandomByte() << 8 | RandomByte()) % sizeof(script);
+            for (size_t b = 0; b < size; b++)
+            {
+                script[b] = RandomByte();
+            }
+
+            LLVMFuzzerTestOneInput(script, size);
+        }
+
+        printf("%ld scripts: %ld handshakes done, %ld sessions tampered with (%ld failed), %ld clean to the end; "
+               "%ld KeyUpdates (%ld times too many unread); %ld bytes to the server, %ld to the client, each checked\n",
+               count, s_reached.handshakes, s_reached.tampered, s_reached.failed, s_reached.clean, s_reached.keyUpdates,
+               s_reached.unreadLimit, s_reached.clientBytes, s_reached.serverBytes);
+        return 0;
+    }
+
+    for (int i = 1; i < argc; i++)
+    {
+        FILE* file = fopen(argv[i], "rb");
+        REQUIRE(file != NULL);
+        static uint8_t input[1 << 20];
+        size_t size = fread(input, 1, sizeof(input), file);
+        fclose(file);
+        LLVMFuzzerTestOneInput(input, size);
+        printf("%s: ok\n", argv[i]);
+    }
+
+    return 0;
+}
+#endif
