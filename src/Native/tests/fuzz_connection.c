@@ -122,7 +122,7 @@ static void WireConsume(Wire* wire, size_t count)
 // What the scripts reached, for the driver's summary.
 static struct
 {
-    long handshakes, tampered, failed, clean, keyUpdates, unreadLimit, clientBytes, serverBytes;
+    long handshakes, resumed, tampered, failed, clean, keyUpdates, unreadLimit, largestSpill, clientBytes, serverBytes;
 } s_reached;
 
 typedef struct Session
@@ -142,6 +142,7 @@ typedef struct Session
     int writePending;      // Encrypt wrote part of a record: only Encrypt with the same input may follow
     int decryptMore;       // the last Decrypt filled its window: OpenSSL may hold more plaintext
     int32_t pending;       // bytes in the spill buffer after the last call
+    size_t produced;       // ciphertext bytes the server produced
 
     int serverReady;   // Handshake returned OK
     int tampered;      // bytes on the wire were changed: failures are expected from then on
@@ -181,6 +182,7 @@ static void CheckResult(Session* session, int32_t status, const TernTlsResult* r
     if (status != TERN_TLS_BAD_ARGUMENT)
     {
         session->pending = result->pending;
+        s_reached.largestSpill = result->pending > s_reached.largestSpill ? result->pending : s_reached.largestSpill;
     }
 
     if (status == TERN_TLS_ERROR)
@@ -245,6 +247,7 @@ static void ToClient(Session* session, const uint8_t* output, int32_t produced)
 {
     if (produced > 0)
     {
+        session->produced += (size_t)produced;
         BIO_write(session->toClient, output, produced);
     }
 }
@@ -272,8 +275,9 @@ static void Drain(Session* session, size_t window)
     free(output);
 }
 
-// Feeds the server count bytes of the wire (as Handshake or Decrypt) through a window.
-static void ServerRead(Session* session, size_t count, size_t window)
+// Feeds the server count bytes of the wire (as Handshake or Decrypt) through a window; returns
+// how many it took.
+static size_t ServerRead(Session* session, size_t count, size_t window)
 {
     if (count > session->wire.length)
     {
@@ -307,7 +311,7 @@ static void ServerRead(Session* session, size_t count, size_t window)
             status = TernTls_Decrypt(session->server, input, (int32_t)count, NULL, 0, &result);
             REQUIRE(status == TERN_TLS_BAD_ARGUMENT && result.status == status && result.produced == 0);
             free(input);
-            return;
+            return 0;
         }
 
         output = malloc(window);
@@ -319,7 +323,7 @@ static void ServerRead(Session* session, size_t count, size_t window)
             REQUIRE(status == TERN_TLS_BAD_ARGUMENT && result.status == status && result.consumed == 0 && result.produced == 0);
             free(output);
             free(input);
-            return;
+            return 0;
         }
 
         CheckResult(session, status, &result, count, window, 0);
@@ -378,6 +382,7 @@ static void ServerRead(Session* session, size_t count, size_t window)
     }
 
     ClientRead(session);
+    return (size_t)result.consumed;
 }
 
 // Encrypts the server's next plaintext through a window; after OUTPUT_FULL with nothing taken the
@@ -533,11 +538,13 @@ static void Step(Session* session)
         if (session->tls13 && !session->clientFailed && !session->clientClosed)
         {
             // The server answers a requested KeyUpdate with its own: written during Decrypt,
-            // where there is no window, so it goes through the spill buffer. A quarter of the time
-            // up to 253 at once, so that unread answers pile up there: the buffer grows, is
-            // compacted after a partial drain, and meets the library's limit on unread answers.
+            // where there is no window, so it goes through the spill buffer. Often many at once,
+            // so that unread answers pile up there: a quarter of the time 120 to 183 (each answer
+            // is 27 bytes, so around the buffer's first 4 KB, where after a partial drain it is
+            // compacted or grown), an eighth of the time up to 249.
             uint8_t burst = Next(script);
-            for (int count = burst < 192 ? 1 : 1 + (burst - 192) * 4; count > 0; count--)
+            int count = burst < 160 ? 1 : burst < 224 ? 120 + (burst - 160) : 1 + (burst - 224) * 8;
+            for (; count > 0; count--)
             {
                 REQUIRE(SSL_key_update(session->client, SSL_KEY_UPDATE_REQUESTED) == 1);
                 s_reached.keyUpdates++;
@@ -624,37 +631,53 @@ static void Setup(void)
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
-int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
-{
-    Setup();
-    Script script = {data, size, 0};
-    Session session;
-    memset(&session, 0, sizeof(session));
-    uint8_t kind = Next(&script);
-    session.tls13 = kind & 1;
-    session.mayTamper = (kind >> 1) & 1;
-    const char* serverName = (kind >> 2) & 1 ? "large.fuzz.test" : "fuzz.test";
-    session.client = SSL_new(s_clients[session.tls13]);
-    session.toClient = BIO_new(BIO_s_mem());
-    session.fromClient = BIO_new(BIO_s_mem());
-    REQUIRE(session.client != NULL && session.toClient != NULL && session.fromClient != NULL);
-    SSL_set_bio(session.client, session.toClient, session.fromClient);
-    SSL_set_connect_state(session.client);
-    SSL_set_tlsext_host_name(session.client, serverName);
-    REQUIRE(TernTls_ConnectionCreate(s_server, &session.server) == TERN_TLS_OK);
+// ALPN lists a client may offer, and what the server (h2, then http/1.1) picks from each.
+static const char* const s_alpnOffered[4] = {NULL, "\x02h2\x08http/1.1", "\x08http/1.1", "\x03" "foo"};
+static const char* const s_alpnPicked[4] = {"", "h2", "http/1.1", ""};
 
-    // The handshake, step by step: the script picks each step's input and window, and may tamper.
-    session.script = &script;
-    ClientRead(&session); // the ClientHello
-    int steps = 0;
-    while (!session.serverFailed && !session.clientFailed && steps++ < MaxSteps &&
-           !(SSL_is_init_finished(session.client) && session.wire.length == 0))
+// Starts a session: kind's bits pick TLS 1.3 (1), tampering (2), the large certificate (4), the
+// ALPN offer (8, 16); resume, when not NULL, is a session to resume.
+static void Open(Session* session, Script* script, uint8_t kind, SSL_SESSION* resume)
+{
+    memset(session, 0, sizeof(*session));
+    session->script = script;
+    session->tls13 = kind & 1;
+    session->mayTamper = (kind >> 1) & 1;
+    session->client = SSL_new(s_clients[session->tls13]);
+    session->toClient = BIO_new(BIO_s_mem());
+    session->fromClient = BIO_new(BIO_s_mem());
+    REQUIRE(session->client != NULL && session->toClient != NULL && session->fromClient != NULL);
+    SSL_set_bio(session->client, session->toClient, session->fromClient);
+    SSL_set_connect_state(session->client);
+    const char* serverName = (kind >> 2) & 1 ? "large.fuzz.test" : "fuzz.test";
+    SSL_set_tlsext_host_name(session->client, serverName);
+    const char* alpn = s_alpnOffered[(kind >> 3) & 3];
+    if (alpn != NULL)
     {
-        if (Exhausted(&script))
+        REQUIRE(SSL_set_alpn_protos(session->client, (const unsigned char*)alpn, (unsigned int)strlen(alpn)) == 0);
+    }
+
+    if (resume != NULL)
+    {
+        REQUIRE(SSL_set_session(session->client, resume) == 1);
+    }
+
+    REQUIRE(TernTls_ConnectionCreate(s_server, &session->server) == TERN_TLS_OK);
+}
+
+// The handshake, step by step: the script picks each step's input and window, and may tamper.
+static void HandshakeSteps(Session* session)
+{
+    Script* script = session->script;
+    ClientRead(session); // the ClientHello
+    int steps = 0;
+    while (!session->serverFailed && !session->clientFailed && steps++ < MaxSteps &&
+           !(SSL_is_init_finished(session->client) && session->wire.length == 0))
+    {
+        if (Exhausted(script))
         {
-            Drain(&session, 16384);
-            ServerRead(&session, session.wire.length, 16384);
-            if (session.wire.length > 0 && !SSL_is_init_finished(session.client))
+            Drain(session, 16384);
+            if (ServerRead(session, session->wire.length, 16384) == 0 && session->wire.length > 0)
             {
                 break; // tampering left bytes that can never make a record
             }
@@ -662,61 +685,144 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
             continue;
         }
 
-        if (Next(&script) % 8 == 0 && session.mayTamper)
+        if (Next(script) % 8 == 0 && session->mayTamper)
         {
-            Tamper(&session);
+            Tamper(session);
             continue;
         }
 
-        size_t count = NextSize(&script, session.wire.length);
-        ServerRead(&session, count, NextSize(&script, MaxChunk));
+        size_t count = NextSize(script, session->wire.length);
+        ServerRead(session, count, NextSize(script, MaxChunk));
+    }
+}
+
+// Copies one of the connection's texts into a buffer of exactly capacity bytes.
+static void CheckText(Session* session, int32_t (*query)(TernTlsConnection*, char*, int32_t), const char* expected)
+{
+    size_t capacity = 1 + Next(session->script) % 24;
+    char* buffer = malloc(capacity);
+    int32_t length = query(session->server, buffer, (int32_t)capacity);
+    if (expected != NULL)
+    {
+        size_t shown = strlen(expected) < capacity - 1 ? strlen(expected) : capacity - 1;
+        REQUIRE(length == (int32_t)shown && memcmp(buffer, expected, shown) == 0);
     }
 
+    REQUIRE(length >= 0 && (size_t)length < capacity && buffer[length] == '\0');
+    REQUIRE(query(session->server, NULL, 0) == -1);
+    free(buffer);
+}
+
+// What the handshake settled, as the transport asks it.
+static void CheckNegotiated(Session* session, uint8_t kind, int resumed)
+{
+    if (!session->serverReady || session->tampered)
+    {
+        return;
+    }
+
+    REQUIRE(TernTls_ConnectionProtocol(session->server) == (session->tls13 ? TLS1_3_VERSION : TLS1_2_VERSION));
+    REQUIRE(TernTls_ConnectionResumed(session->server) == resumed);
+    s_reached.resumed += resumed;
+    CheckText(session, TernTls_ConnectionAlpn, s_alpnPicked[(kind >> 3) & 3]);
+    CheckText(session, TernTls_ConnectionServerName, (kind >> 2) & 1 ? "large.fuzz.test" : "fuzz.test");
+    CheckText(session, TernTls_ConnectionCipher, NULL);
+    REQUIRE(TernTls_ConnectionPeerCertificate(session->server, NULL, 0) == 0); // no client certificate
+    REQUIRE(TernTls_ConnectionClientCertificateRefused(session->server) == 0);
+}
+
+// Last, everything in flight is delivered through roomy windows: nothing may be lost.
+static void Flush(Session* session)
+{
+    if (!SSL_is_init_finished(session->client) || session->tampered || session->serverFailed)
+    {
+        return;
+    }
+
+    // Until nothing is left or a round moves nothing (then the checks below say what is stuck).
+    size_t moved = 1;
+    while (moved > 0 && (session->encryptChunk > 0 || session->wire.length > 0 || session->decryptMore))
+    {
+        size_t before = session->produced + session->serverReceived + session->wire.length;
+        if (session->encryptChunk > 0)
+        {
+            ServerWrite(session, 0, 16384 + 64);
+        }
+
+        if ((session->wire.length > 0 || session->decryptMore) && !session->serverClosed)
+        {
+            ServerRead(session, session->wire.length, 65536);
+        }
+        else if (session->serverClosed)
+        {
+            session->wire.length = 0; // the client wrote nothing after its close_notify
+        }
+
+        size_t after = session->produced + session->serverReceived + session->wire.length;
+        moved = after != before;
+    }
+
+    REQUIRE(session->encryptChunk == 0 && !session->writePending);
+    REQUIRE(session->serverReceived == session->clientSent);
+    if (!session->serverShutdown && !session->clientFailed)
+    {
+        REQUIRE(session->clientReceived == session->serverSent);
+    }
+}
+
+static void Close(Session* session)
+{
+    s_reached.handshakes += session->serverReady;
+    s_reached.tampered += session->tampered;
+    s_reached.failed += session->serverFailed;
+    s_reached.clean += session->serverReady && !session->tampered;
+    s_reached.clientBytes += (long)session->serverReceived;
+    s_reached.serverBytes += (long)session->clientReceived;
+    TernTls_ConnectionFree(session->server);
+    SSL_free(session->client);
+    free(session->wire.data);
+    ERR_clear_error();
+}
+
+// A session to resume: a handshake through roomy windows, its tickets read by the client.
+static SSL_SESSION* Prime(uint8_t kind)
+{
+    Script none = {NULL, 0, 0};
+    Session session;
+    Open(&session, &none, (uint8_t)(kind & 0xfd), NULL); // never tampered
+    HandshakeSteps(&session);
+    REQUIRE(session.serverReady && SSL_is_init_finished(session.client));
+    ClientRead(&session); // TLS 1.3 sends its tickets after the handshake
+    SSL_SESSION* resumable = SSL_get1_session(session.client);
+    REQUIRE(resumable != NULL && SSL_SESSION_is_resumable(resumable));
+    SSL_shutdown(session.client); // OpenSSL keeps a session resumable only after a clean close
+    Close(&session);
+    return resumable;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
+{
+    Setup();
+    Script script = {data, size, 0};
+    uint8_t kind = Next(&script);
+    // Bit 32: resume a session from an earlier handshake with the same settings, which brings the
+    // server's ticket decryption into play (and, with tampering, damaged tickets).
+    SSL_SESSION* resume = (kind >> 5) & 1 ? Prime(kind) : NULL;
+    Session session;
+    Open(&session, &script, kind, resume);
+    HandshakeSteps(&session);
+    CheckNegotiated(&session, kind, resume != NULL);
+
     // Then the data: writes, reads, KeyUpdates and closes in the order the script gives.
-    steps = 0;
+    int steps = 0;
     while (SSL_is_init_finished(session.client) && !session.serverFailed && !Exhausted(&script) && steps++ < MaxSteps)
     {
         Step(&session);
     }
 
-    // Last, everything in flight is delivered through roomy windows: nothing may be lost.
-    if (SSL_is_init_finished(session.client) && !session.tampered && !session.serverFailed)
-    {
-        for (int round = 0; round < 64 && (session.encryptChunk > 0 || session.wire.length > 0 || session.decryptMore); round++)
-        {
-            if (session.encryptChunk > 0)
-            {
-                ServerWrite(&session, 0, 16384 + 64);
-            }
-
-            if ((session.wire.length > 0 || session.decryptMore) && !session.serverClosed)
-            {
-                ServerRead(&session, session.wire.length, 65536);
-            }
-            else if (session.serverClosed)
-            {
-                session.wire.length = 0; // the client wrote nothing after its close_notify
-            }
-        }
-
-        REQUIRE(session.encryptChunk == 0 && !session.writePending);
-        REQUIRE(session.serverReceived == session.clientSent);
-        if (!session.serverShutdown && !session.clientFailed)
-        {
-            REQUIRE(session.clientReceived == session.serverSent);
-        }
-    }
-
-    s_reached.handshakes += session.serverReady;
-    s_reached.tampered += session.tampered;
-    s_reached.failed += session.serverFailed;
-    s_reached.clean += session.serverReady && !session.tampered;
-    s_reached.clientBytes += (long)session.serverReceived;
-    s_reached.serverBytes += (long)session.clientReceived;
-    TernTls_ConnectionFree(session.server);
-    SSL_free(session.client);
-    free(session.wire.data);
-    ERR_clear_error();
+    Flush(&session);
+    Close(&session);
+    SSL_SESSION_free(resume);
     return 0;
 }
 
@@ -752,10 +858,10 @@ int main(int argc, char** argv)
             LLVMFuzzerTestOneInput(script, size);
         }
 
-        printf("%ld scripts: %ld handshakes done, %ld sessions tampered with (%ld failed), %ld clean to the end; "
-               "%ld KeyUpdates (%ld times too many unread); %ld bytes to the server, %ld to the client, each checked\n",
-               count, s_reached.handshakes, s_reached.tampered, s_reached.failed, s_reached.clean, s_reached.keyUpdates,
-               s_reached.unreadLimit, s_reached.clientBytes, s_reached.serverBytes);
+        printf("%ld scripts: %ld handshakes done (%ld resumed), %ld sessions tampered with (%ld failed), %ld clean to the end; "
+               "%ld KeyUpdates (%ld times too many unread; at most %ld bytes waiting to be drained); %ld bytes to the server, %ld to the client, each checked\n",
+               count, s_reached.handshakes, s_reached.resumed, s_reached.tampered, s_reached.failed, s_reached.clean, s_reached.keyUpdates,
+               s_reached.unreadLimit, s_reached.largestSpill, s_reached.clientBytes, s_reached.serverBytes);
         return 0;
     }
 

@@ -779,6 +779,95 @@ static void UnreadAnswers_StopTheConnectionAtTheLimit(void)
     TernTls_ServerRelease(server);
 }
 
+// Sends count KeyUpdates from the client and lets the server read them all: the answers (27 bytes
+// each) go to the spill buffer, since Decrypt has no window for what OpenSSL writes. Returns the
+// bytes waiting there.
+static int32_t KeyUpdates(Client* client, TernTlsConnection* connection, int count)
+{
+    for (int i = 0; i < count; i++)
+    {
+        CHECK(SSL_key_update(client->ssl, SSL_KEY_UPDATE_REQUESTED) == 1);
+        CHECK(SSL_do_handshake(client->ssl) == 1);
+    }
+
+    uint8_t* ciphertext = NULL;
+    long length = BIO_get_mem_data(client->fromClient, (char**)&ciphertext);
+    uint8_t plaintext[16];
+    TernTlsResult result;
+    CHECK(TernTls_Decrypt(connection, ciphertext, (int32_t)length, plaintext, sizeof(plaintext), &result) == TERN_TLS_WANT_READ);
+    CHECK(result.consumed == length && result.produced == 0);
+    (void)BIO_reset(client->fromClient);
+    return result.pending;
+}
+
+// Moves at most window bytes of the spill buffer to the client; returns what is left there.
+static int32_t DrainTo(Client* client, TernTlsConnection* connection, int32_t window)
+{
+    uint8_t output[512];
+    TernTlsResult result;
+    CHECK(TernTls_Encrypt(connection, NULL, 0, output, window, &result) >= 0);
+    CHECK(result.produced <= window && result.drained == result.produced);
+    BIO_write(client->toClient, output, result.produced);
+    return result.pending;
+}
+
+// Answers pile up in the spill buffer, are drained in part, and more arrive: the buffer is
+// compacted (the drained part dropped) or grown, and the client must still read every answer,
+// in order. A byte lost or moved breaks its decryption of everything after it.
+static void Spill_PartlyDrainedThenAppended_KeepsEveryByteInOrder(void)
+{
+    TernTlsServer* server = CreateServer();
+    // The first bursts end just short of the buffer's first 4 KB (OpenSSL answers all but one,
+    // 4,023 to 4,077 bytes), the last fills most of 8 KB; each drain leaves the start of the
+    // buffer unused, and the next five answers do not fit behind the rest.
+    const int bursts[] = {150, 151, 152, 300};
+    const int32_t drains[] = {1, 26, 27, 400};
+    for (size_t b = 0; b < sizeof(bursts) / sizeof(bursts[0]); b++)
+    {
+        for (size_t d = 0; d < sizeof(drains) / sizeof(drains[0]); d++)
+        {
+            Client client = NewClient(TLS1_3_VERSION, NULL, NULL, NULL);
+            TernTlsConnection* connection = NULL;
+            TernTls_ConnectionCreate(server, &connection);
+            CHECK(Handshake(&client, connection, 1 << 20, 16384, NULL));
+            int32_t waiting = KeyUpdates(&client, connection, bursts[b]);
+            CHECK(waiting > 4000);
+            CHECK(DrainTo(&client, connection, drains[d]) == waiting - drains[d]);
+            KeyUpdates(&client, connection, 5);
+            int32_t pending = 1;
+            for (int round = 0; round < 2000 && pending > 0; round++)
+            {
+                pending = DrainTo(&client, connection, 7);
+            }
+
+            CHECK(pending == 0);
+            // The client reads every answer, then both directions still work under the new keys.
+            uint8_t byte = 0;
+            size_t read = 0;
+            CHECK(SSL_read_ex(client.ssl, &byte, 1, &read) == 0 && SSL_get_error(client.ssl, 0) == SSL_ERROR_WANT_READ);
+            const char message[] = "after the updates";
+            size_t written = 0;
+            CHECK(SSL_write_ex(client.ssl, message, sizeof(message), &written) == 1);
+            uint8_t* ciphertext = NULL;
+            long length = BIO_get_mem_data(client.fromClient, (char**)&ciphertext);
+            uint8_t plaintext[64];
+            TernTlsResult result;
+            CHECK(TernTls_Decrypt(connection, ciphertext, (int32_t)length, plaintext, sizeof(plaintext), &result) == TERN_TLS_WANT_READ);
+            CHECK(result.produced == (int32_t)sizeof(message) && memcmp(plaintext, message, sizeof(message)) == 0);
+            uint8_t output[256];
+            CHECK(TernTls_Encrypt(connection, (const uint8_t*)message, sizeof(message), output, sizeof(output), &result) == TERN_TLS_OK);
+            BIO_write(client.toClient, output, result.produced);
+            char echoed[64];
+            CHECK(SSL_read_ex(client.ssl, echoed, sizeof(echoed), &read) == 1 && read == sizeof(message));
+            ERR_clear_error();
+            TernTls_ConnectionFree(connection);
+            FreeClient(&client);
+        }
+    }
+
+    TernTls_ServerRelease(server);
+}
+
 // Bytes the process has allocated now (the sanitizer's count when it runs, else glibc's).
 static size_t AllocatedBytes(void)
 {
@@ -848,6 +937,7 @@ int main(void)
     Garbage_IsAnErrorWithReason();
     PartialRecord_IsReportedUntilTheRestArrives();
     UnreadAnswers_StopTheConnectionAtTheLimit();
+    Spill_PartlyDrainedThenAppended_KeepsEveryByteInOrder();
     TenThousandConnections_LeaveNoMemoryBehind();
     CHECK(s_selectorCalls > 0);
     FreePem(&s_default);
