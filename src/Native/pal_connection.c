@@ -462,6 +462,12 @@ int32_t TernTls_Encrypt(TernTlsConnection* connection,
             status = Failure(connection, SSL_get_error(connection->ssl, 0));
         }
     }
+    else if (inputLength > 0)
+    {
+        // No room at all: nothing of the input can go out (and a record begun earlier still waits
+        // for its window), which is "call again with a window", not "done".
+        status = TERN_TLS_OUTPUT_FULL;
+    }
 
     return Finish(connection, result, status, written, connection->outputOffset);
 }

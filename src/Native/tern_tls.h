@@ -136,7 +136,8 @@ TERN_EXPORT int32_t TernTls_Decrypt(TernTlsConnection* connection,
 // means "call again with a new window and the same input" (and no Decrypt,
 // Handshake or Shutdown until then: they return BAD_ARGUMENT). consumed is the
 // plaintext taken once its records are fully out. status: OK, or OUTPUT_FULL
-// (spill remains, or a record continues in the next window).
+// (spill remains, a record continues in the next window, or input came with an
+// empty window).
 TERN_EXPORT int32_t TernTls_Encrypt(TernTlsConnection* connection,
                                     const uint8_t* input, int32_t inputLength,
                                     uint8_t* output, int32_t outputLength,

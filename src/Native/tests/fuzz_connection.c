@@ -35,6 +35,18 @@
         }                                                                                 \
     } while (0)
 
+// Set by the driver from TERN_FUZZ_TRACE: every call and its result on stderr, to read a replay by.
+static int s_trace;
+
+#define TRACE(...)                            \
+    do                                        \
+    {                                         \
+        if (s_trace)                          \
+        {                                     \
+            fprintf(stderr, __VA_ARGS__);     \
+        }                                     \
+    } while (0)
+
 // The input, read front to back; past its end every read is 0 and Exhausted() is true.
 typedef struct Script
 {
@@ -172,6 +184,8 @@ static void ClientFlush(Session* session)
 static void CheckResult(Session* session, int32_t status, const TernTlsResult* result, size_t inputLength, size_t outputLength,
                         int mayFail)
 {
+    TRACE("  -> status %d consumed %d produced %d spilled %d pending %d drained %d\n", status, result->consumed,
+          result->produced, result->spilled, result->pending, result->drained);
     REQUIRE(result->status == status);
     REQUIRE(status == TERN_TLS_OK || status == TERN_TLS_WANT_READ || status == TERN_TLS_CLOSED ||
             status == TERN_TLS_OUTPUT_FULL || status == TERN_TLS_ERROR || status == TERN_TLS_BAD_ARGUMENT);
@@ -263,6 +277,7 @@ static void Drain(Session* session, size_t window)
 {
     uint8_t* output = window == 0 ? NULL : malloc(window);
     TernTlsResult result;
+    TRACE("drain window %zu\n", window);
     int32_t status = TernTls_Encrypt(session->server, NULL, 0, output, (int32_t)window, &result);
     CheckResult(session, status, &result, 0, window, 0);
     REQUIRE(result.consumed == 0);
@@ -297,6 +312,7 @@ static size_t ServerRead(Session* session, size_t count, size_t window)
     if (!session->serverReady)
     {
         output = window == 0 ? NULL : malloc(window);
+        TRACE("handshake input %zu window %zu\n", count, window);
         status = TernTls_Handshake(session->server, input, (int32_t)count, output, (int32_t)window, &result);
         CheckResult(session, status, &result, count, window, 0);
         REQUIRE(status == TERN_TLS_OK || status == TERN_TLS_WANT_READ || status == TERN_TLS_ERROR);
@@ -316,6 +332,7 @@ static size_t ServerRead(Session* session, size_t count, size_t window)
 
         output = malloc(window);
         int32_t unread = session->pending;
+        TRACE("decrypt input %zu of %zu window %zu\n", count, session->wire.length, window);
         status = TernTls_Decrypt(session->server, input, (int32_t)count, output, (int32_t)window, &result);
         if (session->writePending)
         {
@@ -363,7 +380,10 @@ static size_t ServerRead(Session* session, size_t count, size_t window)
             REQUIRE((size_t)result.produced == window); // OK means the window filled up
         }
 
-        session->decryptMore = status == TERN_TLS_OK;
+        if (status != TERN_TLS_BAD_ARGUMENT)
+        {
+            session->decryptMore = status == TERN_TLS_OK; // a refused call changed nothing
+        }
     }
 
     if (status == TERN_TLS_WANT_READ)
@@ -403,6 +423,7 @@ static void ServerWrite(Session* session, size_t size, size_t window)
 
     uint8_t* output = window == 0 ? NULL : malloc(window);
     TernTlsResult result;
+    TRACE("encrypt input %zu window %zu\n", length, window);
     int32_t status = TernTls_Encrypt(session->server, input, (int32_t)length, output, (int32_t)window, &result);
     // Nothing is sent after close_notify: OpenSSL refuses it.
     CheckResult(session, status, &result, length, window, session->serverShutdown && length > 0);
@@ -416,7 +437,18 @@ static void ServerWrite(Session* session, size_t size, size_t window)
         // Before its handshake is done the server has nothing to encrypt with; the transport
         // never asks then, but the answer must still be sane.
         REQUIRE(status == TERN_TLS_OK || status == TERN_TLS_OUTPUT_FULL || (status == TERN_TLS_WANT_READ && !session->serverReady));
-        session->writePending = status == TERN_TLS_OUTPUT_FULL && result.consumed == 0 && result.pending == 0 && length > 0 && window > 0;
+        if (length > 0 && window > 0 && result.pending == 0)
+        {
+            // The library wrote (or went on writing) a record: it is half out exactly when the
+            // window filled first. Otherwise (spill left, no window) nothing changed.
+            session->writePending = status == TERN_TLS_OUTPUT_FULL;
+        }
+
+        if (length > 0 && window == 0)
+        {
+            REQUIRE(status == TERN_TLS_OUTPUT_FULL && result.consumed == 0); // no room is not "done"
+        }
+
         session->serverSent += (size_t)result.consumed;
         session->encryptChunk -= (size_t)result.consumed;
     }
@@ -441,6 +473,7 @@ static void ClientWrite(Session* session, size_t size)
     }
 
     size_t written = 0;
+    TRACE("client writes %zu\n", size);
     if (SSL_write_ex(session->client, data, size, &written) == 1)
     {
         REQUIRE(written == size);
@@ -842,6 +875,7 @@ static uint8_t RandomByte(void)
 
 int main(int argc, char** argv)
 {
+    s_trace = getenv("TERN_FUZZ_TRACE") != NULL;
     if (argc == 4 && strcmp(argv[1], "--random") == 0)
     {
         long count = strtol(argv[2], NULL, 10);
