@@ -192,8 +192,8 @@ public static class TernHost
             configuration.Add(new CheckedJsonFile(options.ConfigFile, $"TERN_CONFIG ({options.ConfigFile})", optional: false));
         }
 
-        configuration.AddEnvironmentVariables();
-        configuration.AddCommandLine([.. options.Args]);
+        configuration.Add(new IndexedEnvironmentVariables());
+        configuration.Add(new IndexedCommandLine([.. options.Args]));
     }
 
     private static WebApplication? Build(WebApplicationBuilder builder, ConfigurationSnapshot snapshot, OpenSslEngine openSsl, TextWriter errors)

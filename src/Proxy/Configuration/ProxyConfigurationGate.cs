@@ -10,6 +10,8 @@ namespace Tern.Proxy.Configuration;
 /// </summary>
 internal sealed class ProxyConfigurationGate : ConfigurationProvider, IConfigurationSource
 {
+    private readonly ChildKeyIndex _index = new();
+
     public ProxyConfigurationGate() => Root = new ConfigurationRoot([this]);
 
     public IConfigurationRoot Root { get; }
@@ -20,5 +22,15 @@ internal sealed class ProxyConfigurationGate : ConfigurationProvider, IConfigura
     {
         Data = new Dictionary<string, string?>(data, StringComparer.OrdinalIgnoreCase);
         OnReload();
+    }
+
+    /// <summary>Indexed: YARP reads every route and cluster through these (see ChildKeyIndex).</summary>
+    public override IEnumerable<string> GetChildKeys(IEnumerable<string> earlierKeys, string? parentPath) =>
+        _index.ChildKeys(Data, earlierKeys, parentPath);
+
+    public override void Set(string key, string? value)
+    {
+        base.Set(key, value);
+        _index.Invalidate();
     }
 }

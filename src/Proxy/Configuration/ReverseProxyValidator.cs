@@ -117,7 +117,9 @@ internal static partial class ReverseProxyValidator
     private static string? YarpReadError(IReadOnlyList<KeyValuePair<string, string?>> values)
     {
         var services = new ServiceCollection().AddLogging();
-        services.AddReverseProxy().LoadFromConfig(new ConfigurationBuilder().AddInMemoryCollection(values).Build().GetSection(Section));
+        var gate = new ProxyConfigurationGate();
+        gate.Publish(values);
+        services.AddReverseProxy().LoadFromConfig(gate.Root.GetSection(Section));
         using var provider = services.BuildServiceProvider();
         try
         {
