@@ -782,6 +782,13 @@ static void Flush(Session* session)
             ServerWrite(session, 0, 16384 + 64);
         }
 
+        // A transport drains what the server answered before it reads on; past 64 KB of
+        // unread answers the library stops reading (checked in ServerRead).
+        for (int round = 0; round < 64 && session->pending > 0 && !session->writePending; round++)
+        {
+            Drain(session, 16384 + 64);
+        }
+
         if ((session->wire.length > 0 || session->decryptMore) && !session->serverClosed)
         {
             ServerRead(session, session->wire.length, 65536);
@@ -793,6 +800,11 @@ static void Flush(Session* session)
 
         size_t after = session->produced + session->serverReceived + session->wire.length;
         moved = after != before;
+    }
+
+    if (session->serverFailed)
+    {
+        return; // stopped for answers left unread (the only failure CheckResult lets through)
     }
 
     REQUIRE(session->encryptChunk == 0 && !session->writePending);
