@@ -56,12 +56,6 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
         public override IEnumerable<string> GetChildKeys(IEnumerable<string> earlierKeys, string? parentPath) =>
             _index.ChildKeys(Data, earlierKeys, parentPath);
 
-        public override void Set(string key, string? value)
-        {
-            base.Set(key, value);
-            _index.Invalidate();
-        }
-
         /// <summary>Why the file's content is not in force, or null when it is.</summary>
         public string? Error
         {

@@ -19,15 +19,13 @@ internal sealed class ChildKeyIndex
 {
     private Built? _built;
 
-    /// <summary>After a change to the data in place (a provider's Set).</summary>
-    public void Invalidate() => Volatile.Write(ref _built, null);
-
     public IEnumerable<string> ChildKeys(IDictionary<string, string?> data, IEnumerable<string> earlierKeys, string? parentPath)
     {
         var built = Volatile.Read(ref _built);
-        if (built is null || !ReferenceEquals(built.Data, data))
+        if (built is null || !ReferenceEquals(built.Data, data) || built.Count != data.Count)
         {
-            // Providers replace their dictionary on every load; built once per dictionary.
+            // Providers replace their dictionary on every load, and their Set only adds keys or
+            // changes values: a new dictionary or a new count is new keys.
             built = Build(data);
             Volatile.Write(ref _built, built);
         }
@@ -62,10 +60,10 @@ internal sealed class ChildKeyIndex
             }
         }
 
-        return new Built(data, children.ToDictionary(pair => pair.Key, pair => pair.Value.Keys, StringComparer.OrdinalIgnoreCase), root.Keys);
+        return new Built(data, data.Count, children.ToDictionary(pair => pair.Key, pair => pair.Value.Keys, StringComparer.OrdinalIgnoreCase), root.Keys);
     }
 
-    private sealed record Built(IDictionary<string, string?> Data, Dictionary<string, List<string>> Children, List<string> Root);
+    private sealed record Built(IDictionary<string, string?> Data, int Count, Dictionary<string, List<string>> Children, List<string> Root);
 
     /// <summary>One parent's child keys, each once (ignoring case), in the order first seen.</summary>
     private sealed class Children
@@ -98,12 +96,6 @@ internal sealed class IndexedEnvironmentVariables : IConfigurationSource
 
         public override IEnumerable<string> GetChildKeys(IEnumerable<string> earlierKeys, string? parentPath) =>
             _index.ChildKeys(Data, earlierKeys, parentPath);
-
-        public override void Set(string key, string? value)
-        {
-            base.Set(key, value);
-            _index.Invalidate();
-        }
     }
 }
 
@@ -118,11 +110,5 @@ internal sealed class IndexedCommandLine(IEnumerable<string> args) : IConfigurat
 
         public override IEnumerable<string> GetChildKeys(IEnumerable<string> earlierKeys, string? parentPath) =>
             _index.ChildKeys(Data, earlierKeys, parentPath);
-
-        public override void Set(string key, string? value)
-        {
-            base.Set(key, value);
-            _index.Invalidate();
-        }
     }
 }

@@ -27,10 +27,4 @@ internal sealed class ProxyConfigurationGate : ConfigurationProvider, IConfigura
     /// <summary>Indexed: YARP reads every route and cluster through these (see ChildKeyIndex).</summary>
     public override IEnumerable<string> GetChildKeys(IEnumerable<string> earlierKeys, string? parentPath) =>
         _index.ChildKeys(Data, earlierKeys, parentPath);
-
-    public override void Set(string key, string? value)
-    {
-        base.Set(key, value);
-        _index.Invalidate();
-    }
 }
