@@ -625,7 +625,7 @@ static void Step(Session* session)
 static TernTlsServer* s_server;
 static SSL_CTX* s_clients[2];
 
-// A client that asks for large.fuzz.test gets a certificate of about 12 KB: the server's flight
+// A client that asks for large.fuzz.test gets a certificate of about 22 KB: the server's flight
 // then outgrows the spill buffer's first 4 KB.
 static int32_t SelectLarge(void* state, const char* name, int32_t length)
 {
