@@ -5,6 +5,9 @@
 //   - how much ciphertext each call gets and how large each output window is (0 included);
 //   - what the client does: writes, KeyUpdates (TLS 1.3), close_notify;
 //   - what the server does: encrypts, shuts down, is asked the state queries;
+//   - the session: TLS 1.2 or 1.3, a resumed one or not, the client's ALPN offer, a certificate
+//     that outgrows the spill buffer, client certificates (none asked, optional, required and
+//     trusted, required and from a CA the server does not trust);
 //   - tampering with the bytes in flight: a byte flipped, bytes inserted, the stream cut. This
 //     also makes malformed ClientHellos and records out of real ones.
 // Every buffer handed to the library is allocated at its exact size, so a read or write past a
@@ -131,10 +134,23 @@ static void WireConsume(Wire* wire, size_t count)
     wire->length -= count;
 }
 
+// Client certificates (kind's bits 64 and 128): the server asks for none; asks for an optional one
+// and the client sends none; requires one and the client sends one from the trusted CA; requires
+// one and the client sends one from another CA, which must be refused. In TLS 1.2 the client's
+// Certificate message goes in the clear, so tampering reaches OpenSSL's certificate parsing and
+// the library's refusal path.
+enum
+{
+    NoClientCertificate,
+    OptionalNoneSent,
+    RequiredTrustedSent,
+    RequiredStrangerSent,
+};
+
 // What the scripts reached, for the driver's summary.
 static struct
 {
-    long handshakes, resumed, tampered, failed, clean, keyUpdates, unreadLimit, largestSpill, clientBytes, serverBytes;
+    long handshakes, resumed, refused, tampered, failed, clean, keyUpdates, unreadLimit, largestSpill, clientBytes, serverBytes;
 } s_reached;
 
 typedef struct Session
@@ -165,6 +181,7 @@ typedef struct Session
     int serverShutdown; // the server sent close_notify
     int tls13;
     int mayTamper; // half the scripts leave the bytes alone, so that the no-loss checks apply to them
+    int clientCertificates; // NoClientCertificate, OptionalNoneSent, ...
 } Session;
 
 // Moves what the client wrote onto the wire.
@@ -205,7 +222,9 @@ static void CheckResult(Session* session, int32_t status, const TernTlsResult* r
         REQUIRE(TernTls_ConnectionError(session->server, reason, sizeof(reason)) > 0);
         // Untouched traffic from a real client never fails a connection, unless it provoked more
         // answers than the library keeps unread (KeyUpdates the client did not read the replies to).
-        REQUIRE(session->tampered || mayFail || strstr(reason, "does not read what TLS answers") != NULL);
+        // A certificate from an untrusted CA is refused, which is the point of that mode.
+        REQUIRE(session->tampered || mayFail || strstr(reason, "does not read what TLS answers") != NULL ||
+                (session->clientCertificates == RequiredStrangerSent && !session->serverReady));
         session->serverFailed = 1;
     }
 }
@@ -622,8 +641,10 @@ static void Step(Session* session)
     }
 }
 
-static TernTlsServer* s_server;
+static TernTlsServer* s_servers[3]; // by TERN_TLS_CLIENT_CERTIFICATES_*
 static SSL_CTX* s_clients[2];
+static Identity s_trusted;  // issued by the CA the servers trust
+static Identity s_stranger; // issued by another CA
 
 // A client that asks for large.fuzz.test gets a certificate of about 22 KB: the server's flight
 // then outgrows the spill buffer's first 4 KB.
@@ -635,20 +656,49 @@ static int32_t SelectLarge(void* state, const char* name, int32_t length)
 
 static void Setup(void)
 {
-    if (s_server != NULL)
+    if (s_servers[0] != NULL)
     {
         return;
     }
 
+    Identity authority, other;
+    authority.certificate = MakeIssued("Fuzz Client CA", NULL, NULL, 1, &authority.key);
+    other.certificate = MakeIssued("Other CA", NULL, NULL, 1, &other.key);
+    s_trusted.certificate = MakeIssued("client.fuzz.test", authority.certificate, authority.key, 0, &s_trusted.key);
+    s_stranger.certificate = MakeIssued("stranger.fuzz.test", other.certificate, other.key, 0, &s_stranger.key);
+    BIO* bio = BIO_new(BIO_s_mem());
+    PEM_write_bio_X509(bio, authority.certificate);
+    int caLength = 0;
+    char* ca = BioText(bio, &caLength);
+    BIO_free(bio);
+
     static const uint8_t alpn[] = "\x02h2\x08http/1.1";
-    REQUIRE(TernTls_ServerCreate(alpn, (int32_t)sizeof(alpn) - 1, SelectLarge, NULL, &s_server) == TERN_TLS_OK);
     Pem pems[2] = {MakeCertificate("fuzz.test"), MakeLargeCertificate("large.fuzz.test", 1000)};
+    for (int mode = 0; mode < 3; mode++)
+    {
+        REQUIRE(TernTls_ServerCreate(alpn, (int32_t)sizeof(alpn) - 1, SelectLarge, NULL, &s_servers[mode]) == TERN_TLS_OK);
+        for (int i = 0; i < 2; i++)
+        {
+            REQUIRE(TernTls_ServerAddCertificate(s_servers[mode], (const uint8_t*)pems[i].certificate, pems[i].certificateLength,
+                                                 (const uint8_t*)pems[i].key, pems[i].keyLength) == i);
+        }
+
+        if (mode != TERN_TLS_CLIENT_CERTIFICATES_NONE)
+        {
+            REQUIRE(TernTls_ServerSetClientCertificates(s_servers[mode], mode, (const uint8_t*)ca, caLength) == TERN_TLS_OK);
+        }
+    }
+
     for (int i = 0; i < 2; i++)
     {
-        REQUIRE(TernTls_ServerAddCertificate(s_server, (const uint8_t*)pems[i].certificate, pems[i].certificateLength,
-                                             (const uint8_t*)pems[i].key, pems[i].keyLength) == i);
         FreePem(&pems[i]);
     }
+
+    free(ca);
+    X509_free(authority.certificate);
+    EVP_PKEY_free(authority.key);
+    X509_free(other.certificate);
+    EVP_PKEY_free(other.key);
 
     const int versions[2] = {TLS1_2_VERSION, TLS1_3_VERSION};
     for (int i = 0; i < 2; i++)
@@ -669,13 +719,14 @@ static const char* const s_alpnOffered[4] = {NULL, "\x02h2\x08http/1.1", "\x08ht
 static const char* const s_alpnPicked[4] = {"", "h2", "http/1.1", ""};
 
 // Starts a session: kind's bits pick TLS 1.3 (1), tampering (2), the large certificate (4), the
-// ALPN offer (8, 16); resume, when not NULL, is a session to resume.
+// ALPN offer (8, 16), client certificates (64, 128); resume, when not NULL, is a session to resume.
 static void Open(Session* session, Script* script, uint8_t kind, SSL_SESSION* resume)
 {
     memset(session, 0, sizeof(*session));
     session->script = script;
     session->tls13 = kind & 1;
     session->mayTamper = (kind >> 1) & 1;
+    session->clientCertificates = kind >> 6;
     session->client = SSL_new(s_clients[session->tls13]);
     session->toClient = BIO_new(BIO_s_mem());
     session->fromClient = BIO_new(BIO_s_mem());
@@ -695,7 +746,18 @@ static void Open(Session* session, Script* script, uint8_t kind, SSL_SESSION* re
         REQUIRE(SSL_set_session(session->client, resume) == 1);
     }
 
-    REQUIRE(TernTls_ConnectionCreate(s_server, &session->server) == TERN_TLS_OK);
+    static const int servers[4] = {TERN_TLS_CLIENT_CERTIFICATES_NONE, TERN_TLS_CLIENT_CERTIFICATES_OPTIONAL,
+                                   TERN_TLS_CLIENT_CERTIFICATES_REQUIRED, TERN_TLS_CLIENT_CERTIFICATES_REQUIRED};
+    const Identity* identity = session->clientCertificates == RequiredTrustedSent ? &s_trusted
+                             : session->clientCertificates == RequiredStrangerSent ? &s_stranger
+                                                                                   : NULL;
+    if (identity != NULL)
+    {
+        REQUIRE(SSL_use_certificate(session->client, identity->certificate) == 1);
+        REQUIRE(SSL_use_PrivateKey(session->client, identity->key) == 1);
+    }
+
+    REQUIRE(TernTls_ConnectionCreate(s_servers[servers[session->clientCertificates]], &session->server) == TERN_TLS_OK);
 }
 
 // The handshake, step by step: the script picks each step's input and window, and may tamper.
@@ -760,8 +822,37 @@ static void CheckNegotiated(Session* session, uint8_t kind, int resumed)
     CheckText(session, TernTls_ConnectionAlpn, s_alpnPicked[(kind >> 3) & 3]);
     CheckText(session, TernTls_ConnectionServerName, (kind >> 2) & 1 ? "large.fuzz.test" : "fuzz.test");
     CheckText(session, TernTls_ConnectionCipher, NULL);
-    REQUIRE(TernTls_ConnectionPeerCertificate(session->server, NULL, 0) == 0); // no client certificate
     REQUIRE(TernTls_ConnectionClientCertificateRefused(session->server) == 0);
+    if (session->clientCertificates != RequiredTrustedSent)
+    {
+        REQUIRE(TernTls_ConnectionPeerCertificate(session->server, NULL, 0) == 0);
+        return;
+    }
+
+    // The client's certificate, copied only into a buffer that holds all of it.
+    unsigned char* expected = NULL;
+    int length = i2d_X509(s_trusted.certificate, &expected);
+    REQUIRE(length > 0 && TernTls_ConnectionPeerCertificate(session->server, NULL, 0) == -length);
+    uint8_t* der = malloc((size_t)length);
+    REQUIRE(TernTls_ConnectionPeerCertificate(session->server, der, length - 1) == -length);
+    REQUIRE(TernTls_ConnectionPeerCertificate(session->server, der, length) == length && memcmp(der, expected, (size_t)length) == 0);
+    free(der);
+    OPENSSL_free(expected);
+}
+
+// A client certificate from a CA the server does not trust ends the handshake, and says so.
+static void CheckRefused(Session* session)
+{
+    if (session->clientCertificates != RequiredStrangerSent || session->tampered)
+    {
+        return;
+    }
+
+    char reason[512];
+    REQUIRE(session->serverFailed && !session->serverReady);
+    REQUIRE(TernTls_ConnectionClientCertificateRefused(session->server) == 1);
+    REQUIRE(TernTls_ConnectionError(session->server, reason, sizeof(reason)) > 0 && strstr(reason, "client certificate") != NULL);
+    s_reached.refused++;
 }
 
 // Last, everything in flight is delivered through roomy windows: nothing may be lost.
@@ -852,11 +943,12 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
     uint8_t kind = Next(&script);
     // Bit 32: resume a session from an earlier handshake with the same settings, which brings the
     // server's ticket decryption into play (and, with tampering, damaged tickets).
-    SSL_SESSION* resume = (kind >> 5) & 1 ? Prime(kind) : NULL;
+    SSL_SESSION* resume = (kind >> 5) & 1 && kind >> 6 != RequiredStrangerSent ? Prime(kind) : NULL;
     Session session;
     Open(&session, &script, kind, resume);
     HandshakeSteps(&session);
     CheckNegotiated(&session, kind, resume != NULL);
+    CheckRefused(&session);
 
     // Then the data: writes, reads, KeyUpdates and closes in the order the script gives.
     int steps = 0;
@@ -904,9 +996,9 @@ int main(int argc, char** argv)
             LLVMFuzzerTestOneInput(script, size);
         }
 
-        printf("%ld scripts: %ld handshakes done (%ld resumed), %ld sessions tampered with (%ld failed), %ld clean to the end; "
+        printf("%ld scripts: %ld handshakes done (%ld resumed), %ld client certificates refused, %ld sessions tampered with (%ld failed), %ld clean to the end; "
                "%ld KeyUpdates (%ld times too many unread; at most %ld bytes waiting to be drained); %ld bytes to the server, %ld to the client, each checked\n",
-               count, s_reached.handshakes, s_reached.resumed, s_reached.tampered, s_reached.failed, s_reached.clean, s_reached.keyUpdates,
+               count, s_reached.handshakes, s_reached.resumed, s_reached.refused, s_reached.tampered, s_reached.failed, s_reached.clean, s_reached.keyUpdates,
                s_reached.unreadLimit, s_reached.largestSpill, s_reached.clientBytes, s_reached.serverBytes);
         return 0;
     }

@@ -403,37 +403,7 @@ static void Resumption_ReplicasSharingTicketKeys_ResumeEachOthersSessions(void)
     TernTls_ServerRelease(stranger);
 }
 
-// A certificate for cn signed by issuer (self-signed when issuer is NULL): a CA when ca is 1,
-// else a leaf for client authentication (0) or for servers only (2).
-static X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, EVP_PKEY** key)
-{
-    *key = EVP_EC_gen("P-256");
-    X509* certificate = X509_new();
-    X509_set_version(certificate, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(certificate), ca ? 1 : 2);
-    X509_gmtime_adj(X509_getm_notBefore(certificate), -60);
-    X509_gmtime_adj(X509_getm_notAfter(certificate), 3600);
-    X509_set_pubkey(certificate, *key);
-    X509_NAME_add_entry_by_txt(X509_get_subject_name(certificate), "CN", MBSTRING_ASC, (const unsigned char*)cn, -1, -1, 0);
-    X509_set_issuer_name(certificate, X509_get_subject_name(issuer == NULL ? certificate : issuer));
-    X509V3_CTX context;
-    X509V3_set_ctx_nodb(&context);
-    X509V3_set_ctx(&context, issuer == NULL ? certificate : issuer, certificate, NULL, NULL, 0);
-    X509_EXTENSION* extension = ca == 1 ? X509V3_EXT_conf_nid(NULL, &context, NID_basic_constraints, "critical,CA:TRUE")
-                                   : X509V3_EXT_conf_nid(NULL, &context, NID_ext_key_usage, ca == 2 ? "serverAuth" : "clientAuth");
-    X509_add_ext(certificate, extension, -1);
-    X509_EXTENSION_free(extension);
-    X509_sign(certificate, issuerKey == NULL ? *key : issuerKey, EVP_sha256());
-    return certificate;
-}
-
 static int s_lastRefused;
-
-typedef struct Identity
-{
-    X509* certificate;
-    EVP_PKEY* key;
-} Identity;
 
 // One handshake on server with the client's identity (may be NULL) and session (may be NULL).
 // Returns whether it completed; *resumed and *next (if not NULL) tell about the session.

@@ -20,6 +20,22 @@ char* BioText(BIO* bio, int* length)
     return copy;
 }
 
+// An unsigned X.509 v3 certificate for cn with a new P-256 key, valid from a minute ago for an
+// hour, issued by issuer (by itself when NULL).
+static X509* NewCertificate(const char* cn, X509* issuer, long serial, EVP_PKEY** key)
+{
+    *key = EVP_EC_gen("P-256");
+    X509* certificate = X509_new();
+    X509_set_version(certificate, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(certificate), serial);
+    X509_gmtime_adj(X509_getm_notBefore(certificate), -60);
+    X509_gmtime_adj(X509_getm_notAfter(certificate), 3600);
+    X509_set_pubkey(certificate, *key);
+    X509_NAME_add_entry_by_txt(X509_get_subject_name(certificate), "CN", MBSTRING_ASC, (const unsigned char*)cn, -1, -1, 0);
+    X509_set_issuer_name(certificate, X509_get_subject_name(issuer == NULL ? certificate : issuer));
+    return certificate;
+}
+
 Pem MakeCertificate(const char* host)
 {
     return MakeLargeCertificate(host, 0);
@@ -27,16 +43,8 @@ Pem MakeCertificate(const char* host)
 
 Pem MakeLargeCertificate(const char* host, int names)
 {
-    EVP_PKEY* key = EVP_EC_gen("P-256");
-    X509* certificate = X509_new();
-    X509_set_version(certificate, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(certificate), 1);
-    X509_gmtime_adj(X509_getm_notBefore(certificate), -60);
-    X509_gmtime_adj(X509_getm_notAfter(certificate), 3600);
-    X509_set_pubkey(certificate, key);
-    X509_NAME* name = X509_get_subject_name(certificate);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char*)host, -1, -1, 0);
-    X509_set_issuer_name(certificate, name);
+    EVP_PKEY* key = NULL;
+    X509* certificate = NewCertificate(host, NULL, 1, &key);
     if (names > 0)
     {
         // DNS:n0.host,DNS:n1.host,...: each name adds its length and 2 bytes to the certificate.
@@ -68,6 +76,20 @@ Pem MakeLargeCertificate(const char* host, int names)
     X509_free(certificate);
     EVP_PKEY_free(key);
     return pem;
+}
+
+X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, EVP_PKEY** key)
+{
+    X509* certificate = NewCertificate(cn, issuer, ca ? 1 : 2, key);
+    X509V3_CTX context;
+    X509V3_set_ctx_nodb(&context);
+    X509V3_set_ctx(&context, issuer == NULL ? certificate : issuer, certificate, NULL, NULL, 0);
+    X509_EXTENSION* extension = ca == 1 ? X509V3_EXT_conf_nid(NULL, &context, NID_basic_constraints, "critical,CA:TRUE")
+                                   : X509V3_EXT_conf_nid(NULL, &context, NID_ext_key_usage, ca == 2 ? "serverAuth" : "clientAuth");
+    X509_add_ext(certificate, extension, -1);
+    X509_EXTENSION_free(extension);
+    X509_sign(certificate, issuerKey == NULL ? *key : issuerKey, EVP_sha256());
+    return certificate;
 }
 
 void FreePem(Pem* pem)

@@ -1,6 +1,8 @@
 // Throwaway certificates for the native tests and benchmarks (made in memory, never written).
 #pragma once
 #include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
 
 typedef struct Pem
 {
@@ -16,6 +18,17 @@ Pem MakeCertificate(const char* host);
 // (1,000 names of large.fuzz.test make a certificate of about 22 KB).
 Pem MakeLargeCertificate(const char* host, int names);
 void FreePem(Pem* pem);
+
+// A certificate and its key.
+typedef struct Identity
+{
+    X509* certificate;
+    EVP_PKEY* key;
+} Identity;
+
+// A certificate for cn signed by issuer (self-signed when issuer is NULL): a CA when ca is 1,
+// else a leaf for client authentication (0) or for servers only (2). Valid for an hour.
+X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, EVP_PKEY** key);
 
 // A copy of a memory BIO's contents, NUL-terminated; the caller frees it.
 char* BioText(BIO* bio, int* length);
