@@ -145,6 +145,75 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         Assert.Contains($"<<< {shown}, Alert [length 0002], warning close_notify", output, StringComparison.Ordinal);
     }
 
+    /// <summary>
+    /// A TLS 1.3 client that updates its keys and asks Tern to update its own. Tern's KeyUpdate
+    /// must come before the next response, which is encrypted under the new key (RFC 8446 4.6.3:
+    /// "prior to sending its next Application Data record"); OpenSSL 3.0 writes it then, with that
+    /// response, not as soon as the request is read, as it does for nginx. (When more records
+    /// follow the KeyUpdate in the same read, OpenSSL answers while it decrypts, through the spill
+    /// buffer: the native tests cover that.) A KeyUpdate that asks for no answer gets none.
+    /// </summary>
+    [Fact]
+    public async Task KeyUpdates_MidConnection_AreAnsweredAndLaterResponsesArrive()
+    {
+        var start = new System.Diagnostics.ProcessStartInfo("openssl")
+        {
+            // Not -ign_eof: s_client takes the "K" and "k" lines as commands only without it.
+            ArgumentList = { "s_client", "-connect", $"127.0.0.1:{_tern.Config.HttpsPort}", "-tls1_3", "-msg" },
+            RedirectStandardInput = true,
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+        };
+        using var client = System.Diagnostics.Process.Start(start)!;
+        var output = new StringBuilder();
+        client.OutputDataReceived += (_, line) => { lock (output) { output.AppendLine(line.Data); } };
+        client.ErrorDataReceived += (_, line) => { lock (output) { output.AppendLine(line.Data); } };
+        client.BeginOutputReadLine();
+        client.BeginErrorReadLine();
+        string Seen() { lock (output) { return output.ToString(); } }
+        const string ternUpdates = "<<< TLS 1.3, Handshake [length 0005], KeyUpdate";
+
+        try
+        {
+            // One step at a time: s_client must see each command line alone, at the start of a read.
+            await client.StandardInput.WriteAsync("GET /bytes/101 HTTP/1.1\r\nHost: localhost\r\n\r\n");
+            await client.StandardInput.FlushAsync();
+            Assert.True(await EventuallyAsync(() => Seen().Contains("Content-Length: 101", StringComparison.Ordinal)), Seen());
+
+            // s_client says KEYUPDATE once it has sent one: only then may the next line follow, or it
+            // would be read with the command and dropped.
+            await client.StandardInput.WriteAsync("K\n"); // update, and ask Tern to update
+            await client.StandardInput.FlushAsync();
+            Assert.True(await EventuallyAsync(() => CountOf(Seen(), "KEYUPDATE") == 1), Seen());
+            await client.StandardInput.WriteAsync("GET /bytes/102 HTTP/1.1\r\nHost: localhost\r\n\r\n");
+            await client.StandardInput.FlushAsync();
+            Assert.True(await EventuallyAsync(() => Seen().Contains("Content-Length: 102", StringComparison.Ordinal)), Seen());
+
+            await client.StandardInput.WriteAsync("k\n"); // update, asking nothing of Tern
+            await client.StandardInput.FlushAsync();
+            Assert.True(await EventuallyAsync(() => CountOf(Seen(), "KEYUPDATE") == 2), Seen());
+            await client.StandardInput.WriteAsync("GET /bytes/103 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+            await client.StandardInput.FlushAsync();
+            using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+            await client.WaitForExitAsync(timeout.Token); // Tern closes after that response
+        }
+        finally
+        {
+            if (!client.HasExited)
+            {
+                client.Kill();
+            }
+        }
+
+        var text = Seen();
+        Assert.Contains("Content-Length: 103", text, StringComparison.Ordinal);
+        var answer = text.IndexOf(ternUpdates, StringComparison.Ordinal);
+        Assert.True(answer > text.IndexOf("Content-Length: 101", StringComparison.Ordinal) && answer < text.IndexOf("Content-Length: 102", StringComparison.Ordinal), text);
+        Assert.Equal(2, CountOf(text, ">>> TLS 1.3, Handshake [length 0005], KeyUpdate"));
+        Assert.Equal(1, CountOf(text, ternUpdates)); // answered once: the second asked for no answer
+        Assert.Equal(0, _meter.Total("tern.tls.errors"));
+    }
+
     [Fact]
     public async Task Http11_PipelinedRequests_AreAnsweredInOrder()
     {
