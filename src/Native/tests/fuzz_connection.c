@@ -771,10 +771,12 @@ static void HandshakeSteps(Session* session)
     {
         if (Exhausted(script))
         {
+            size_t wire = session->wire.length;
+            size_t produced = session->produced;
             Drain(session, 16384);
-            if (ServerRead(session, session->wire.length, 16384) == 0 && session->wire.length > 0)
+            if (ServerRead(session, session->wire.length, 16384) == 0 && session->wire.length == wire && session->produced == produced)
             {
-                break; // tampering left bytes that can never make a record
+                break; // nothing moved: tampering left bytes that can never make a record
             }
 
             continue;
@@ -965,8 +967,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 
 #ifndef TERN_LIBFUZZER
 // The driver CTest runs: `tern_tls_fuzz --random COUNT SEED` makes COUNT scripts of up to 600
-// bytes from a seeded generator; any other argument is a saved input (a libFuzzer crash file,
-// say) to replay.
+// bytes from a seeded generator; `tern_tls_fuzz --hex FILE` replays the inputs written in FILE in
+// hex, one a line (# starts a comment); any other argument is a saved input (a libFuzzer crash
+// file, say) to replay.
 static uint64_t s_state;
 
 static uint8_t RandomByte(void)
@@ -1000,6 +1003,38 @@ int main(int argc, char** argv)
                "%ld KeyUpdates (%ld times too many unread; at most %ld bytes waiting to be drained); %ld bytes to the server, %ld to the client, each checked\n",
                count, s_reached.handshakes, s_reached.resumed, s_reached.refused, s_reached.tampered, s_reached.failed, s_reached.clean, s_reached.keyUpdates,
                s_reached.unreadLimit, s_reached.largestSpill, s_reached.clientBytes, s_reached.serverBytes);
+        return 0;
+    }
+
+    if (argc == 3 && strcmp(argv[1], "--hex") == 0)
+    {
+        FILE* file = fopen(argv[2], "r");
+        REQUIRE(file != NULL);
+        static char line[1 << 16];
+        static uint8_t input[sizeof(line) / 2];
+        int count = 0;
+        while (fgets(line, sizeof(line), file) != NULL)
+        {
+            size_t size = 0;
+            for (const char* c = line; c[0] != '\0' && c[0] != '#' && c[1] != '\0'; c++)
+            {
+                unsigned int byte = 0;
+                if (sscanf(c, "%2x", &byte) == 1 && c[0] != ' ' && c[0] != '\n')
+                {
+                    input[size++] = (uint8_t)byte;
+                    c++;
+                }
+            }
+
+            if (size > 0)
+            {
+                LLVMFuzzerTestOneInput(input, size);
+                count++;
+            }
+        }
+
+        fclose(file);
+        printf("%s: %d inputs replayed\n", argv[2], count);
         return 0;
     }
 
