@@ -133,8 +133,8 @@ TERN_EXPORT int32_t TernTls_Decrypt(TernTlsConnection* connection,
 // Drains the spill buffer into output first; then, only if it is empty,
 // encrypts input into records written to output. A record larger than what is
 // left of output is written across windows: status OUTPUT_FULL with consumed 0
-// means "call again with a new window and the same input" (and no Decrypt,
-// Handshake or Shutdown until then: they return BAD_ARGUMENT). consumed is the
+// then means "call again with a new window and the same input", and Decrypt and
+// Shutdown return BAD_ARGUMENT until that record is out. consumed is the
 // plaintext taken once its records are fully out. status: OK, or OUTPUT_FULL
 // (spill remains, a record continues in the next window, or input came with an
 // empty window).

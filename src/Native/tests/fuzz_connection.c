@@ -24,6 +24,7 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,7 @@ enum
     ServerSalt = 0xc3,
     MaxChunk = 40000, // over two records, so that records split at every boundary
     MaxSteps = 400,
+    MaxKeyUpdates = 3000, // 81 KB of answers at 27 bytes each
 };
 
 // Ciphertext on its way from the client to the server, where tampering happens.
@@ -171,6 +173,7 @@ typedef struct Session
     int decryptMore;       // the last Decrypt filled its window: OpenSSL may hold more plaintext
     int32_t pending;       // bytes in the spill buffer after the last call
     size_t produced;       // ciphertext bytes the server produced
+    int keyUpdates;        // KeyUpdates the client sent
 
     int serverReady;   // Handshake returned OK
     int tampered;      // bytes on the wire were changed: failures are expected from then on
@@ -596,9 +599,12 @@ static void Step(Session* session)
             // compacted or grown), an eighth of the time up to 249.
             uint8_t burst = Next(script);
             int count = burst < 160 ? 1 : burst < 224 ? 120 + (burst - 160) : 1 + (burst - 224) * 8;
-            for (; count > 0; count--)
+            // At most MaxKeyUpdates a session: enough to pass the 64 KB limit on unread answers,
+            // few enough that no script takes long.
+            for (; count > 0 && session->keyUpdates < MaxKeyUpdates; count--)
             {
                 REQUIRE(SSL_key_update(session->client, SSL_KEY_UPDATE_REQUESTED) == 1);
+                session->keyUpdates++;
                 s_reached.keyUpdates++;
                 REQUIRE(SSL_do_handshake(session->client) == 1);
             }
@@ -662,10 +668,10 @@ static void Setup(void)
     }
 
     Identity authority, other;
-    authority.certificate = MakeIssued("Fuzz Client CA", NULL, NULL, 1, &authority.key);
-    other.certificate = MakeIssued("Other CA", NULL, NULL, 1, &other.key);
-    s_trusted.certificate = MakeIssued("client.fuzz.test", authority.certificate, authority.key, 0, &s_trusted.key);
-    s_stranger.certificate = MakeIssued("stranger.fuzz.test", other.certificate, other.key, 0, &s_stranger.key);
+    authority.certificate = MakeIssued("Fuzz Client CA", NULL, NULL, 1, KeyEd25519, &authority.key);
+    other.certificate = MakeIssued("Other CA", NULL, NULL, 1, KeyEd25519, &other.key);
+    s_trusted.certificate = MakeIssued("client.fuzz.test", authority.certificate, authority.key, 0, KeyEd25519, &s_trusted.key);
+    s_stranger.certificate = MakeIssued("stranger.fuzz.test", other.certificate, other.key, 0, KeyEd25519, &s_stranger.key);
     BIO* bio = BIO_new(BIO_s_mem());
     PEM_write_bio_X509(bio, authority.certificate);
     int caLength = 0;
@@ -673,7 +679,8 @@ static void Setup(void)
     BIO_free(bio);
 
     static const uint8_t alpn[] = "\x02h2\x08http/1.1";
-    Pem pems[2] = {MakeCertificate("fuzz.test"), MakeLargeCertificate("large.fuzz.test", 1000)};
+    // Ed25519 throughout: its signatures have one length, so a script replays with the same lengths.
+    Pem pems[2] = {MakeLargeCertificate("fuzz.test", 0, KeyEd25519), MakeLargeCertificate("large.fuzz.test", 1000, KeyEd25519)};
     for (int mode = 0; mode < 3; mode++)
     {
         REQUIRE(TernTls_ServerCreate(alpn, (int32_t)sizeof(alpn) - 1, SelectLarge, NULL, &s_servers[mode]) == TERN_TLS_OK);
@@ -765,11 +772,13 @@ static void HandshakeSteps(Session* session)
 {
     Script* script = session->script;
     ClientRead(session); // the ClientHello
+    // Past MaxSteps the script's choices give way to roomy windows, as when it runs out, so that
+    // every handshake ends in success or a failure (the client-certificate checks need that).
     int steps = 0;
-    while (!session->serverFailed && !session->clientFailed && steps++ < MaxSteps &&
+    while (!session->serverFailed && !session->clientFailed && steps++ < 2 * MaxSteps &&
            !(SSL_is_init_finished(session->client) && session->wire.length == 0))
     {
-        if (Exhausted(script))
+        if (Exhausted(script) || steps > MaxSteps)
         {
             size_t wire = session->wire.length;
             size_t produced = session->produced;
@@ -1015,15 +1024,14 @@ int main(int argc, char** argv)
         int count = 0;
         while (fgets(line, sizeof(line), file) != NULL)
         {
+            REQUIRE(strchr(line, '\n') != NULL || feof(file)); // one input a line, none longer than the buffer
             size_t size = 0;
-            for (const char* c = line; c[0] != '\0' && c[0] != '#' && c[1] != '\0'; c++)
+            for (const char* c = line; isxdigit((unsigned char)c[0]); c += 2)
             {
+                REQUIRE(isxdigit((unsigned char)c[1])); // two digits a byte
                 unsigned int byte = 0;
-                if (sscanf(c, "%2x", &byte) == 1 && c[0] != ' ' && c[0] != '\n')
-                {
-                    input[size++] = (uint8_t)byte;
-                    c++;
-                }
+                sscanf(c, "%2x", &byte);
+                input[size++] = (uint8_t)byte;
             }
 
             if (size > 0)

@@ -473,11 +473,11 @@ static int MutualHandshake(TernTlsServer* server, int version, const Identity* i
 static void ClientCertificates_RequiredAndOptional_VerifyAgainstTrustedCas(void)
 {
     Identity authority, other, trusted, stranger, server;
-    authority.certificate = MakeIssued("Tern Test Client CA", NULL, NULL, 1, &authority.key);
-    other.certificate = MakeIssued("Another CA", NULL, NULL, 1, &other.key);
-    trusted.certificate = MakeIssued("client.test", authority.certificate, authority.key, 0, &trusted.key);
-    stranger.certificate = MakeIssued("stranger.test", other.certificate, other.key, 0, &stranger.key);
-    server.certificate = MakeIssued("server.test", authority.certificate, authority.key, 2, &server.key);
+    authority.certificate = MakeIssued("Tern Test Client CA", NULL, NULL, 1, KeyP256, &authority.key);
+    other.certificate = MakeIssued("Another CA", NULL, NULL, 1, KeyP256, &other.key);
+    trusted.certificate = MakeIssued("client.test", authority.certificate, authority.key, 0, KeyP256, &trusted.key);
+    stranger.certificate = MakeIssued("stranger.test", other.certificate, other.key, 0, KeyP256, &stranger.key);
+    server.certificate = MakeIssued("server.test", authority.certificate, authority.key, 2, KeyP256, &server.key);
     BIO* bio = BIO_new(BIO_s_mem());
     PEM_write_bio_X509(bio, authority.certificate);
     int caLength = 0;

@@ -20,31 +20,37 @@ char* BioText(BIO* bio, int* length)
     return copy;
 }
 
-// An unsigned X.509 v3 certificate for cn with a new P-256 key, valid from a minute ago for an
-// hour, issued by issuer (by itself when NULL).
-static X509* NewCertificate(const char* cn, X509* issuer, long serial, EVP_PKEY** key)
+// An unsigned X.509 v3 certificate for cn with a new key, valid from a minute ago for 30 days
+// (a fuzzing run may last hours), issued by issuer (by itself when NULL).
+static X509* NewCertificate(const char* cn, X509* issuer, long serial, KeyType type, EVP_PKEY** key)
 {
-    *key = EVP_EC_gen("P-256");
+    *key = type == KeyEd25519 ? EVP_PKEY_Q_keygen(NULL, NULL, "ED25519") : EVP_EC_gen("P-256");
     X509* certificate = X509_new();
     X509_set_version(certificate, 2);
     ASN1_INTEGER_set(X509_get_serialNumber(certificate), serial);
     X509_gmtime_adj(X509_getm_notBefore(certificate), -60);
-    X509_gmtime_adj(X509_getm_notAfter(certificate), 3600);
+    X509_gmtime_adj(X509_getm_notAfter(certificate), 30L * 24 * 3600);
     X509_set_pubkey(certificate, *key);
     X509_NAME_add_entry_by_txt(X509_get_subject_name(certificate), "CN", MBSTRING_ASC, (const unsigned char*)cn, -1, -1, 0);
     X509_set_issuer_name(certificate, X509_get_subject_name(issuer == NULL ? certificate : issuer));
     return certificate;
 }
 
-Pem MakeCertificate(const char* host)
+// Signs with SHA-256, or with Ed25519 alone (which takes no digest).
+static void Sign(X509* certificate, EVP_PKEY* key)
 {
-    return MakeLargeCertificate(host, 0);
+    X509_sign(certificate, key, EVP_PKEY_is_a(key, "ED25519") ? NULL : EVP_sha256());
 }
 
-Pem MakeLargeCertificate(const char* host, int names)
+Pem MakeCertificate(const char* host)
+{
+    return MakeLargeCertificate(host, 0, KeyP256);
+}
+
+Pem MakeLargeCertificate(const char* host, int names, KeyType type)
 {
     EVP_PKEY* key = NULL;
-    X509* certificate = NewCertificate(host, NULL, 1, &key);
+    X509* certificate = NewCertificate(host, NULL, 1, type, &key);
     if (names > 0)
     {
         // DNS:n0.host,DNS:n1.host,...: each name adds its length and 2 bytes to the certificate.
@@ -62,7 +68,7 @@ Pem MakeLargeCertificate(const char* host, int names)
         free(list);
     }
 
-    X509_sign(certificate, key, EVP_sha256());
+    Sign(certificate, key);
 
     BIO* certificateBio = BIO_new(BIO_s_mem());
     BIO* keyBio = BIO_new(BIO_s_mem());
@@ -78,9 +84,9 @@ Pem MakeLargeCertificate(const char* host, int names)
     return pem;
 }
 
-X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, EVP_PKEY** key)
+X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, KeyType type, EVP_PKEY** key)
 {
-    X509* certificate = NewCertificate(cn, issuer, ca ? 1 : 2, key);
+    X509* certificate = NewCertificate(cn, issuer, ca ? 1 : 2, type, key);
     X509V3_CTX context;
     X509V3_set_ctx_nodb(&context);
     X509V3_set_ctx(&context, issuer == NULL ? certificate : issuer, certificate, NULL, NULL, 0);
@@ -88,7 +94,7 @@ X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, EVP_
                                    : X509V3_EXT_conf_nid(NULL, &context, NID_ext_key_usage, ca == 2 ? "serverAuth" : "clientAuth");
     X509_add_ext(certificate, extension, -1);
     X509_EXTENSION_free(extension);
-    X509_sign(certificate, issuerKey == NULL ? *key : issuerKey, EVP_sha256());
+    Sign(certificate, issuerKey == NULL ? *key : issuerKey);
     return certificate;
 }
 

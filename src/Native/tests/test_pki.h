@@ -12,11 +12,19 @@ typedef struct Pem
     int keyLength;
 } Pem;
 
-// A self-signed ECDSA P-256 certificate for host, valid for an hour, and its key, in PEM.
+// Keys: ECDSA P-256, or Ed25519, whose signatures have one length (ECDSA's vary by a byte or
+// two), so that handshakes with it have the same lengths in every run (the fuzz target's needs).
+typedef enum KeyType
+{
+    KeyP256,
+    KeyEd25519,
+} KeyType;
+
+// A self-signed ECDSA P-256 certificate for host, valid for 30 days, and its key, in PEM.
 Pem MakeCertificate(const char* host);
-// The same with names more DNS names in its subjectAltName: each adds its length and 2 bytes
-// (1,000 names of large.fuzz.test make a certificate of about 22 KB).
-Pem MakeLargeCertificate(const char* host, int names);
+// The same with a key of the given type and names more DNS names in its subjectAltName: each adds
+// its length and 2 bytes (1,000 names of large.fuzz.test make a certificate of about 22 KB).
+Pem MakeLargeCertificate(const char* host, int names, KeyType type);
 void FreePem(Pem* pem);
 
 // A certificate and its key.
@@ -27,8 +35,9 @@ typedef struct Identity
 } Identity;
 
 // A certificate for cn signed by issuer (self-signed when issuer is NULL): a CA when ca is 1,
-// else a leaf for client authentication (0) or for servers only (2). Valid for an hour.
-X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, EVP_PKEY** key);
+// else a leaf for client authentication (0) or for servers only (2), with a key of the given
+// type. Valid for 30 days.
+X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, KeyType type, EVP_PKEY** key);
 
 // A copy of a memory BIO's contents, NUL-terminated; the caller frees it.
 char* BioText(BIO* bio, int* length);

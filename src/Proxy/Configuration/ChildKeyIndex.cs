@@ -13,7 +13,11 @@ namespace Tern.Proxy.Configuration;
 /// answers from the keys under the asked parent alone, with the same keys in the same order: this
 /// provider's (each once, as first seen, where .NET lists one per key under it and the
 /// configuration root keeps the first of equal keys), then the earlier providers', sorted by
-/// <see cref="ConfigurationKeyComparer"/> keeping equal keys in that order.
+/// <see cref="ConfigurationKeyComparer"/> keeping equal keys in that order. One difference: .NET
+/// sorts with List.Sort, which keeps equal keys in order only up to 16 of them, so past that the
+/// casing it shows for a key two providers spell differently (route5, ROUTE5), or the order of
+/// keys equal as numbers (1, 01), is left to chance; the index always shows the later provider's
+/// casing and the first-seen order. Values never differ.
 /// </summary>
 internal sealed class ChildKeyIndex
 {
@@ -37,6 +41,8 @@ internal sealed class ChildKeyIndex
 
     private static Built Build(IDictionary<string, string?> data)
     {
+        // Counted first: a key added while the index is built then shows as a change next time.
+        var count = data.Count;
         var root = new Children();
         var children = new Dictionary<string, Children>(StringComparer.OrdinalIgnoreCase);
         var lookup = children.GetAlternateLookup<ReadOnlySpan<char>>();
@@ -60,7 +66,7 @@ internal sealed class ChildKeyIndex
             }
         }
 
-        return new Built(data, data.Count, children.ToDictionary(pair => pair.Key, pair => pair.Value.Keys, StringComparer.OrdinalIgnoreCase), root.Keys);
+        return new Built(data, count, children.ToDictionary(pair => pair.Key, pair => pair.Value.Keys, StringComparer.OrdinalIgnoreCase), root.Keys);
     }
 
     private sealed record Built(IDictionary<string, string?> Data, int Count, Dictionary<string, List<string>> Children, List<string> Root);
