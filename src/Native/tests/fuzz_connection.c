@@ -649,8 +649,7 @@ static void Step(Session* session)
 
 static TernTlsServer* s_servers[3]; // by TERN_TLS_CLIENT_CERTIFICATES_*
 static SSL_CTX* s_clients[2];
-static Identity s_trusted;  // issued by the CA the servers trust
-static Identity s_stranger; // issued by another CA
+static ClientPki s_pki; // trusted: issued by the CA the servers trust; stranger: by another
 
 // A client that asks for large.fuzz.test gets a certificate of about 22 KB: the server's flight
 // then outgrows the spill buffer's first 4 KB.
@@ -667,16 +666,7 @@ static void Setup(void)
         return;
     }
 
-    Identity authority, other;
-    authority.certificate = MakeIssued("Fuzz Client CA", NULL, NULL, 1, KeyEd25519, &authority.key);
-    other.certificate = MakeIssued("Other CA", NULL, NULL, 1, KeyEd25519, &other.key);
-    s_trusted.certificate = MakeIssued("client.fuzz.test", authority.certificate, authority.key, 0, KeyEd25519, &s_trusted.key);
-    s_stranger.certificate = MakeIssued("stranger.fuzz.test", other.certificate, other.key, 0, KeyEd25519, &s_stranger.key);
-    BIO* bio = BIO_new(BIO_s_mem());
-    PEM_write_bio_X509(bio, authority.certificate);
-    int caLength = 0;
-    char* ca = BioText(bio, &caLength);
-    BIO_free(bio);
+    s_pki = MakeClientPki(KeyEd25519); // kept for the whole run: the sessions use its identities
 
     static const uint8_t alpn[] = "\x02h2\x08http/1.1";
     // Ed25519 throughout: its signatures have one length, so a script replays with the same lengths.
@@ -692,7 +682,7 @@ static void Setup(void)
 
         if (mode != TERN_TLS_CLIENT_CERTIFICATES_NONE)
         {
-            REQUIRE(TernTls_ServerSetClientCertificates(s_servers[mode], mode, (const uint8_t*)ca, caLength) == TERN_TLS_OK);
+            REQUIRE(TernTls_ServerSetClientCertificates(s_servers[mode], mode, (const uint8_t*)s_pki.authorityPem, s_pki.authorityPemLength) == TERN_TLS_OK);
         }
     }
 
@@ -701,11 +691,6 @@ static void Setup(void)
         FreePem(&pems[i]);
     }
 
-    free(ca);
-    X509_free(authority.certificate);
-    EVP_PKEY_free(authority.key);
-    X509_free(other.certificate);
-    EVP_PKEY_free(other.key);
 
     const int versions[2] = {TLS1_2_VERSION, TLS1_3_VERSION};
     for (int i = 0; i < 2; i++)
@@ -755,8 +740,8 @@ static void Open(Session* session, Script* script, uint8_t kind, SSL_SESSION* re
 
     static const int servers[4] = {TERN_TLS_CLIENT_CERTIFICATES_NONE, TERN_TLS_CLIENT_CERTIFICATES_OPTIONAL,
                                    TERN_TLS_CLIENT_CERTIFICATES_REQUIRED, TERN_TLS_CLIENT_CERTIFICATES_REQUIRED};
-    const Identity* identity = session->clientCertificates == RequiredTrustedSent ? &s_trusted
-                             : session->clientCertificates == RequiredStrangerSent ? &s_stranger
+    const Identity* identity = session->clientCertificates == RequiredTrustedSent ? &s_pki.trusted
+                             : session->clientCertificates == RequiredStrangerSent ? &s_pki.stranger
                                                                                    : NULL;
     if (identity != NULL)
     {
@@ -842,7 +827,7 @@ static void CheckNegotiated(Session* session, uint8_t kind, int resumed)
 
     // The client's certificate, copied only into a buffer that holds all of it.
     unsigned char* expected = NULL;
-    int length = i2d_X509(s_trusted.certificate, &expected);
+    int length = i2d_X509(s_pki.trusted.certificate, &expected);
     REQUIRE(length > 0 && TernTls_ConnectionPeerCertificate(session->server, NULL, 0) == -length);
     uint8_t* der = malloc((size_t)length);
     REQUIRE(TernTls_ConnectionPeerCertificate(session->server, der, length - 1) == -length);

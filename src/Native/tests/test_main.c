@@ -472,17 +472,11 @@ static int MutualHandshake(TernTlsServer* server, int version, const Identity* i
 
 static void ClientCertificates_RequiredAndOptional_VerifyAgainstTrustedCas(void)
 {
-    Identity authority, other, trusted, stranger, server;
-    authority.certificate = MakeIssued("Tern Test Client CA", NULL, NULL, 1, KeyP256, &authority.key);
-    other.certificate = MakeIssued("Another CA", NULL, NULL, 1, KeyP256, &other.key);
-    trusted.certificate = MakeIssued("client.test", authority.certificate, authority.key, 0, KeyP256, &trusted.key);
-    stranger.certificate = MakeIssued("stranger.test", other.certificate, other.key, 0, KeyP256, &stranger.key);
-    server.certificate = MakeIssued("server.test", authority.certificate, authority.key, 2, KeyP256, &server.key);
-    BIO* bio = BIO_new(BIO_s_mem());
-    PEM_write_bio_X509(bio, authority.certificate);
-    int caLength = 0;
-    char* caPem = BioText(bio, &caLength);
-    BIO_free(bio);
+    ClientPki pki = MakeClientPki(KeyP256);
+    Identity trusted = pki.trusted, stranger = pki.stranger, server;
+    server.certificate = MakeIssued("server.test", pki.authority.certificate, pki.authority.key, 2, KeyP256, &server.key);
+    const char* caPem = pki.authorityPem;
+    int caLength = pki.authorityPemLength;
 
     uint8_t keys[80] = {7};
     TernTlsServer* plain = CreateServer();
@@ -549,13 +543,9 @@ static void ClientCertificates_RequiredAndOptional_VerifyAgainstTrustedCas(void)
         SSL_SESSION_free(session);
     }
 
-    free(caPem);
-    Identity* all[] = {&authority, &other, &trusted, &stranger, &server};
-    for (size_t i = 0; i < 5; i++)
-    {
-        X509_free(all[i]->certificate);
-        EVP_PKEY_free(all[i]->key);
-    }
+    FreeClientPki(&pki);
+    X509_free(server.certificate);
+    EVP_PKEY_free(server.key);
 
     TernTls_ServerRelease(plain);
     TernTls_ServerRelease(required);

@@ -98,6 +98,32 @@ X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, KeyT
     return certificate;
 }
 
+ClientPki MakeClientPki(KeyType type)
+{
+    ClientPki pki;
+    pki.authority.certificate = MakeIssued("Test Client CA", NULL, NULL, 1, type, &pki.authority.key);
+    pki.other.certificate = MakeIssued("Another CA", NULL, NULL, 1, type, &pki.other.key);
+    pki.trusted.certificate = MakeIssued("client.test", pki.authority.certificate, pki.authority.key, 0, type, &pki.trusted.key);
+    pki.stranger.certificate = MakeIssued("stranger.test", pki.other.certificate, pki.other.key, 0, type, &pki.stranger.key);
+    BIO* bio = BIO_new(BIO_s_mem());
+    PEM_write_bio_X509(bio, pki.authority.certificate);
+    pki.authorityPem = BioText(bio, &pki.authorityPemLength);
+    BIO_free(bio);
+    return pki;
+}
+
+void FreeClientPki(ClientPki* pki)
+{
+    Identity* all[] = {&pki->authority, &pki->trusted, &pki->other, &pki->stranger};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+    {
+        X509_free(all[i]->certificate);
+        EVP_PKEY_free(all[i]->key);
+    }
+
+    free(pki->authorityPem);
+}
+
 void FreePem(Pem* pem)
 {
     free(pem->certificate);

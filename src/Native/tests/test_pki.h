@@ -39,5 +39,20 @@ typedef struct Identity
 // type. Valid for 30 days.
 X509* MakeIssued(const char* cn, X509* issuer, EVP_PKEY* issuerKey, int ca, KeyType type, EVP_PKEY** key);
 
+// What the client-certificate tests need: a client CA and a certificate it issued for client
+// authentication, another CA and one of its own, and the first CA in PEM (the trusted list).
+typedef struct ClientPki
+{
+    Identity authority;
+    Identity trusted;
+    Identity other;
+    Identity stranger;
+    char* authorityPem;
+    int authorityPemLength;
+} ClientPki;
+
+ClientPki MakeClientPki(KeyType type);
+void FreeClientPki(ClientPki* pki);
+
 // A copy of a memory BIO's contents, NUL-terminated; the caller frees it.
 char* BioText(BIO* bio, int* length);
