@@ -8,8 +8,8 @@ namespace Tern.Proxy.Configuration;
 /// A configuration provider's child keys, indexed once per load. .NET's <see
 /// cref="ConfigurationProvider.GetChildKeys"/> scans every key the provider holds, and listing or
 /// binding a section asks every provider once per node of it, so reading a section costs its size
-/// times the provider's: with 500 routes (8,500 values) a reload spent 1.2 s of CPU listing and
-/// reading ReverseProxy, and 4.4 s with 1,000 (loadtest/README.md has the measurements). The index
+/// times the provider's: with 500 routes (8,000 values) a reload spent 1.1 s of CPU listing and
+/// reading ReverseProxy, and 4.0 s with 1,000 (loadtest/README.md has the measurements). The index
 /// answers from the keys under the asked parent alone, with the same keys in the same order: this
 /// provider's (each once, as first seen, where .NET lists one per key under it and the
 /// configuration root keeps the first of equal keys), then the earlier providers', sorted by
