@@ -113,6 +113,13 @@ public static class TernHost
         // 4 KB ones (BlockPool says why).
         builder.Services.Replace(ServiceDescriptor.Singleton<IMemoryPoolFactory<byte>>(BlockPool.Instance));
 
+        // Tern's accept loop in place of Kestrel's, which spins when the process runs out of
+        // files (SocketTransport says why); the connections it makes stay Kestrel's.
+        if (SocketTransport.Available)
+        {
+            builder.Services.Replace(ServiceDescriptor.Singleton<IConnectionListenerFactory, SocketTransport>());
+        }
+
         // Kestrel's half of the event-thread model: its HTTP code runs on the thread where the
         // socket read completed, not after one more hop through the thread pool.
         builder.Services.Configure<SocketTransportOptions>(o => o.UnsafePreferInlineScheduling = SocketEventThreads.Enabled);
@@ -357,6 +364,11 @@ public static class TernHost
         else
         {
             TernLog.ThreadPoolIo(logger, SocketEventThreads.Variable, Environment.GetEnvironmentVariable(SocketEventThreads.Variable) ?? "");
+        }
+
+        if (!SocketTransport.Available)
+        {
+            TernLog.KestrelAcceptLoop(logger);
         }
 
         var (spinLimit, spinSource) = ThreadPoolSpin.Effective();

@@ -26,16 +26,31 @@ public sealed partial class TernProcess : IAsyncDisposable
 
     public static TernProcess Start(IDictionary<string, string> environment, params string[] args) => StartFrom(AppContext.BaseDirectory, environment, args);
 
+    /// <summary>
+    /// Runs Tern allowed at most openFiles open files (RLIMIT_NOFILE, soft and hard: the runtime
+    /// raises the soft limit to the hard one at start). prlimit (util-linux) sets it and then
+    /// becomes the process, so <see cref="Id"/> is Tern's.
+    /// </summary>
+    public static TernProcess StartWithOpenFileLimit(int openFiles, IDictionary<string, string> environment) =>
+        StartFrom(AppContext.BaseDirectory, environment, ["prlimit", $"--nofile={openFiles}:{openFiles}", "--", "dotnet"], []);
+
     /// <summary>Runs the Tern.Proxy.dll found in folder (a copy of the build output, say).</summary>
-    public static TernProcess StartFrom(string folder, IDictionary<string, string> environment, params string[] args)
+    public static TernProcess StartFrom(string folder, IDictionary<string, string> environment, params string[] args) => StartFrom(folder, environment, ["dotnet"], args);
+
+    private static TernProcess StartFrom(string folder, IDictionary<string, string> environment, string[] launcher, string[] args)
     {
-        var start = new ProcessStartInfo("dotnet")
+        var start = new ProcessStartInfo(launcher[0])
         {
             RedirectStandardOutput = true,
             RedirectStandardError = true,
             UseShellExecute = false,
             WorkingDirectory = folder,
         };
+        foreach (var part in launcher.Skip(1))
+        {
+            start.ArgumentList.Add(part);
+        }
+
         start.ArgumentList.Add(Path.Combine(folder, "Tern.Proxy.dll"));
         foreach (var arg in args)
         {

@@ -1,6 +1,8 @@
 using System.Net;
+using System.Net.Sockets;
 using System.Text.Json.Nodes;
 using Microsoft.AspNetCore.Connections;
+using Microsoft.AspNetCore.Connections.Features;
 using Microsoft.Extensions.DependencyInjection;
 using Tern.Proxy.Listeners;
 using Tern.Tests.Infrastructure;
@@ -285,15 +287,45 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
     }
 
     [Fact]
-    public void Transport_TakesSixteenKilobyteBlocks()
+    public async Task Transport_IsTernsAcceptLoop_AndItsConnectionsReadIntoSixteenKilobyteBlocks()
     {
         // Kestrel's socket transport asks the services for its memory pool; Tern's gives each
-        // socket read a whole TLS record's room (BlockPool).
+        // socket read a whole TLS record's room (BlockPool). Tern's accept loop must hand it on
+        // to the connections it makes, as Kestrel's listener does.
         var factory = _tern.Services.GetRequiredService<IMemoryPoolFactory<byte>>();
         using var pool = factory.Create();
-
         Assert.Same(BlockPool.Instance, pool);
         Assert.Equal(16 * 1024, pool.MaxBufferSize);
+
+        var transport = Assert.IsType<SocketTransport>(_tern.Services.GetRequiredService<IConnectionListenerFactory>());
+        var listener = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+        await using (listener)
+        {
+            using var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+            await client.ConnectAsync(listener.EndPoint);
+            var connection = await listener.AcceptAsync();
+            Assert.NotNull(connection);
+            await using (connection)
+            {
+                Assert.True(connection.Features.Get<IConnectionSocketFeature>()!.Socket.NoDelay);
+                await client.SendAsync(new byte[40_000]);
+
+                // The pipe fills its first block before it takes another.
+                var input = connection.Transport.Input;
+                var read = await input.ReadAsync();
+                while (read.Buffer.Length < BlockPool.BlockSize)
+                {
+                    input.AdvanceTo(read.Buffer.Start, read.Buffer.End);
+                    read = await input.ReadAsync();
+                }
+
+                Assert.Equal(BlockPool.BlockSize, read.Buffer.First.Length);
+                input.AdvanceTo(read.Buffer.End);
+            }
+
+            await listener.UnbindAsync();
+            Assert.Null(await listener.AcceptAsync());
+        }
     }
 
     [Fact]
