@@ -49,7 +49,7 @@ internal sealed class FilePoll : IDisposable
     public FilePoll(IEnumerable<string> paths, FilePoll? since = null, Action<Exception>? failed = null)
     {
         _failed = failed;
-        _files = paths.Select(p => (Path: p, Seen: since?.SeenFor(p) ?? Fingerprint(p))).ToArray();
+        _files = paths.Select(p => (Path: p, Seen: since?.SeenFor(p) ?? Fingerprint(p) ?? s_unreadable)).ToArray();
         Token = new CancellationChangeToken(_changed.Token);
         if (_files.Length == 0)
         {
@@ -108,7 +108,7 @@ internal sealed class FilePoll : IDisposable
                 polls = [.. s_active];
             }
 
-            foreach (var poll in polls.Where(p => p._files.Any(f => !SameContent(f.Seen, Fingerprint(f.Path)))))
+            foreach (var poll in polls.Where(p => p._files.Any(f => Fingerprint(f.Path) is { } now && !SameContent(f.Seen, now))))
             {
                 lock (s_active)
                 {
@@ -146,8 +146,8 @@ internal sealed class FilePoll : IDisposable
 
     private static bool SameContent(byte[] a, byte[] b) => a.AsSpan().SequenceEqual(b);
 
-    /// <summary>The file's SHA-256, or s_missing, or s_unreadable.</summary>
-    private static byte[] Fingerprint(string path)
+    /// <summary>The file's SHA-256, or s_missing, or s_unreadable; null when it cannot be told now.</summary>
+    private static byte[]? Fingerprint(string path)
     {
         if (!File.Exists(path))
         {
@@ -168,11 +168,22 @@ internal sealed class FilePoll : IDisposable
         {
             return s_missing; // a dangling link
         }
+        catch (IOException ex) when (ex.HResult is TooManyOpenFiles or TooManyOpenFilesInSystem)
+        {
+            // Tern (or the system) has as many files open as it may: the file has not changed, and
+            // taking it for unreadable would reload, fail and reload again once files free up.
+            return null;
+        }
         catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
         {
             return s_unreadable;
         }
     }
+
+    // On Linux, .NET reports an errno it has no exception type for as an IOException whose HResult
+    // is the errno: EMFILE and ENFILE among them.
+    private const int TooManyOpenFiles = 24;
+    private const int TooManyOpenFilesInSystem = 23;
 }
 
 /// <summary>
