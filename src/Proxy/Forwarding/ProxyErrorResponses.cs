@@ -9,7 +9,7 @@ namespace Tern.Proxy.Forwarding;
 /// <summary>
 /// Turns YARP's forwarding errors into statuses an operator can act on, each with a short
 /// plain-text reason: 502 when the upstream refused or could not be reached, 504 when it did not
-/// answer in time, 503 when a cluster has no destination left, Kestrel's status (400, 408, 413) when
+/// answer in time, 503 when a cluster has no destination left or Tern may open no more connections, Kestrel's status (400, 408, 413) when
 /// it refused the client's request body, and 499 (logged, never sent) when the client went away. Reasons name the cluster, never an internal address.
 /// </summary>
 internal static class ProxyErrorResponses
@@ -117,6 +117,13 @@ internal static class ProxyErrorResponses
         }
 
         var socketError = Find<SocketException>(exception)?.SocketErrorCode;
+        if (socketError == SocketError.TooManyOpenSockets)
+        {
+            // Tern's own limit, not the upstream's fault: a connection to it is a file Tern may not
+            // open now (README, "Listeners"). Overload, which a client may retry.
+            return (StatusCodes.Status503ServiceUnavailable, $"Tern has as many connections open as its open-file limit allows; try again later (cluster '{cluster}')");
+        }
+
         var reason = socketError switch
         {
             SocketError.ConnectionRefused => "the upstream refused the connection",
