@@ -96,10 +96,10 @@ internal static partial class TernLog
     [LoggerMessage(406, LogLevel.Warning, "{Key}: port {Port} lies in the kernel's ephemeral range {First}-{Last} (net.ipv4.ip_local_port_range), which outgoing connections in Tern's network namespace (the machine's, or the pod's) draw from; while one holds the port, Tern cannot bind it at its next start: {Advice}")]
     public static partial void PortInEphemeralRange(ILogger logger, string key, int port, int first, int last, string advice);
 
-    [LoggerMessage(407, LogLevel.Error, "Accepting connections on {Endpoint} fails: {Reason} (failed attempts: {Failures} in {Seconds:0.0} s). New clients wait in the listen backlog (up to {Backlog}) while Tern tries again every {RetryMs} ms; open connections are served as before. {Advice}")]
-    public static partial void AcceptFailing(ILogger logger, string endpoint, string reason, long failures, double seconds, int backlog, int retryMs, string advice);
+    [LoggerMessage(407, LogLevel.Error, "Accepting connections on {Endpoint} fails: {Reason}. New clients wait in the listen backlog (up to {Backlog}, or net.core.somaxconn if lower) while Tern tries again every {RetryMs} ms; open connections are served as before. {Advice}")]
+    public static partial void AcceptFailing(ILogger logger, string endpoint, string reason, int backlog, int retryMs, string advice);
 
-    [LoggerMessage(408, LogLevel.Information, "Accepting connections on {Endpoint} works again, {Seconds:0.0} s after the last report of failures ({Failures} failed attempt(s) since)")]
+    [LoggerMessage(408, LogLevel.Information, "Accepting connections on {Endpoint} works again, {Seconds:0.0} s after the last report of failures ({Failures} more since)")]
     public static partial void AcceptRecovered(ILogger logger, string endpoint, double seconds, long failures);
 
     [LoggerMessage(409, LogLevel.Warning, "This runtime's Kestrel lacks what Tern's accept loop needs (SocketConnectionFactoryOptions(SocketTransportOptions)); Kestrel's own loop accepts connections, and spins if the process runs out of files")]

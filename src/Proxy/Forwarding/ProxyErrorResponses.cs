@@ -74,7 +74,7 @@ internal static class ProxyErrorResponses
             return;
         }
 
-        var (status, reason) = Describe(error.Error, error.Exception, proxy);
+        var (status, reason) = Describe(error.Error, error.Exception, proxy.Cluster.Config.ClusterId);
         TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, status, reason, route,
             proxy.Cluster.Config.ClusterId, proxy.ProxiedDestination?.DestinationId ?? "-");
         if (context.Response.HasStarted)
@@ -101,9 +101,8 @@ internal static class ProxyErrorResponses
         await context.Response.WriteAsync($"{status} {ReasonPhrase(status)}: {reason}\n");
     }
 
-    internal static (int Status, string Reason) Describe(ForwarderError error, Exception? exception, IReverseProxyFeature proxy)
+    internal static (int Status, string Reason) Describe(ForwarderError error, Exception? exception, string cluster)
     {
-        var cluster = proxy.Cluster.Config.ClusterId;
         if (error == ForwarderError.NoAvailableDestinations)
         {
             return (StatusCodes.Status503ServiceUnavailable, $"cluster '{cluster}' has no available destination");

@@ -1,3 +1,4 @@
+using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
 using System.Reflection;
@@ -9,16 +10,26 @@ using Microsoft.Extensions.Options;
 namespace Tern.Proxy.Listeners;
 
 /// <summary>
-/// Kestrel's socket transport with an accept loop of Tern's own, which does not spin when accepting
-/// fails. Kestrel's loop takes every failed accept() for a client that reset its connection in the
+/// Kestrel's socket transport with an accept loop of Tern's own, which keeps the process clear of its
+/// open-file limit and does not spin when accepting fails.
+/// <list type="bullet">
+/// <item>Kestrel's loop takes every failed accept() for a client that reset its connection in the
 /// backlog and tries again at once. When the process has as many files open as its limit allows
-/// (EMFILE) or the system has (ENFILE), every accept() fails while a connection waits, so that loop
+/// (EMFILE) or the system has (ENFILE), every accept() fails while a client waits, so that loop
 /// spun: with 500 clients against a limit of 400 files, Tern used 5.3 CPU seconds in 5 s, its two
-/// cores, while serving nothing new, and logged nothing above Debug. This loop, as nginx's does,
-/// waits <see cref="RetryDelay"/> before it tries again after any failure but a connection lost in
-/// the backlog, and logs the failure once (then at most every <see cref="RepeatLogEvery"/> while
-/// it lasts, and once when accepting works again). Clients wait in the kernel's listen backlog meanwhile; connections
-/// already open are served as before.
+/// cores, serving nothing new and logging nothing above Debug. This loop waits
+/// <see cref="RetryDelay"/> after any failure but a connection lost in the backlog.</item>
+/// <item>A .NET process with no descriptor free can die: a new thread needs a pipe, and the runtime
+/// does not survive failing to start some of its own (the thread pool's gate thread aborted the
+/// process with "Out of memory." in 6 of 69 runs of OpenFileLimitTests before this reserve). So the
+/// loop never lets clients take the last <see cref="DescriptorReserve.Reserve"/> descriptors (an
+/// eighth of the limit, at least 64; nginx's workers, with accept_mutex on, stop accepting with an
+/// eighth of their connections left): a client accepted into them is closed at once, and accepting waits until a lower
+/// descriptor is free. Upstream connections, files and threads may still use them.</item>
+/// </list>
+/// Either is logged once (event 407, naming the limit), then at most every
+/// <see cref="RepeatLogEvery"/> while it lasts, and once when accepting works again (408). Clients
+/// wait in the kernel's listen backlog meanwhile; open connections are served as before.
 /// </summary>
 /// <remarks>
 /// The connections are Kestrel's own: its public <see cref="SocketConnectionContextFactory"/> makes
@@ -40,6 +51,7 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
         BindingFlags.NonPublic | BindingFlags.Instance, [typeof(SocketTransportOptions)]);
 
     private readonly ILogger _logger = loggers.CreateLogger("Tern.Proxy.Listeners");
+    private readonly DescriptorReserve _reserve = new();
 
     /// <summary>Whether this runtime's Kestrel has what the transport needs (see remarks).</summary>
     public static bool Available => s_factoryOptions is not null;
@@ -57,13 +69,14 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
             throw new AddressInUseException(e.Message, e); // what Kestrel's own transport throws: its message names the endpoint
         }
 
-        _ = OpenFileLimit(); // binds the call now: at the limit, loading a library can fail
+        _reserve.Refresh(); // also binds the native calls now: at the limit, loading a library can fail
+        _ = LowestFreeDescriptor(socket);
         try
         {
             socket.Listen(transport.Backlog);
             var factoryOptions = (SocketConnectionFactoryOptions)s_factoryOptions!.Invoke([transport]);
             var factory = new SocketConnectionContextFactory(factoryOptions, loggers.CreateLogger("Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets"));
-            return new(new Listener(socket, factory, transport.NoDelay, transport.Backlog, _logger));
+            return new(new Listener(socket, factory, transport.NoDelay, transport.Backlog, _reserve, _logger));
         }
         catch
         {
@@ -109,12 +122,64 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
     [LibraryImport("libc", EntryPoint = "getrlimit")]
     private static partial int GetRLimit(int resource, out RLimit limit);
 
-    private sealed class Listener(Socket socket, SocketConnectionContextFactory factory, bool noDelay, int backlog, ILogger logger) : IConnectionListener
+    /// <summary>The lowest descriptor number free now (what the next accept() would get); int.MaxValue if none is.</summary>
+    internal static int LowestFreeDescriptor(Socket socket)
+    {
+        try
+        {
+            var probe = Dup((int)socket.Handle);
+            if (probe < 0)
+            {
+                return int.MaxValue;
+            }
+
+            _ = Close(probe);
+            return probe;
+        }
+        catch (Exception ex) when (ex is DllNotFoundException or EntryPointNotFoundException)
+        {
+            return 0;
+        }
+    }
+
+    [LibraryImport("libc", EntryPoint = "dup")]
+    private static partial int Dup(int descriptor);
+
+    [LibraryImport("libc", EntryPoint = "close")]
+    private static partial int Close(int descriptor);
+
+    /// <summary>
+    /// The descriptors clients may not take: the top eighth of the open-file limit, at least 64.
+    /// Descriptors are numbered from 0 and each new one gets the lowest number free, so a client
+    /// socket numbered at or above <see cref="Floor"/> means fewer than <see cref="Reserve"/> are left.
+    /// </summary>
+    internal sealed class DescriptorReserve
+    {
+        public int Limit { get; private set; } = int.MaxValue;
+
+        public int Reserve { get; private set; }
+
+        public int Floor { get; private set; } = int.MaxValue;
+
+        /// <summary>Reads the limit again (an operator may change it with prlimit).</summary>
+        public void Refresh()
+        {
+            var limit = (int)Math.Min(OpenFileLimit() ?? int.MaxValue, int.MaxValue);
+            Reserve = Math.Max(64, limit / 8);
+            Floor = limit - Reserve;
+            Limit = limit;
+        }
+    }
+
+    private sealed class Listener(Socket socket, SocketConnectionContextFactory factory, bool noDelay, int backlog, DescriptorReserve reserve, ILogger logger) : IConnectionListener
     {
         private readonly CancellationTokenSource _unbound = new();
         private readonly string _endpoint = socket.LocalEndPoint?.ToString() ?? "?";
 
-        // Failed accepts since the last line that reported them, when the first of them failed, when
+        // Set when the descriptors ran short: accepting waits until one below the reserve is free.
+        private bool _waitForDescriptors;
+
+        // Failures since the last line that reported them, when the first of them happened, when
         // that line was written, and whether a line that accepting works again is owed.
         private long _failures;
         private long _firstFailure;
@@ -127,6 +192,22 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
         {
             while (true)
             {
+                if (_waitForDescriptors)
+                {
+                    if (!await WaitAsync())
+                    {
+                        return null;
+                    }
+
+                    reserve.Refresh();
+                    if (LowestFreeDescriptor(socket) >= reserve.Floor)
+                    {
+                        continue;
+                    }
+
+                    _waitForDescriptors = false;
+                }
+
                 Socket accepted;
                 try
                 {
@@ -144,14 +225,18 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
                 {
                     continue;
                 }
+                catch (SocketException e) when (e.SocketErrorCode == SocketError.TooManyOpenSockets)
+                {
+                    // .NET reports EMFILE (the process's limit) and ENFILE (the system's) as one
+                    // error, whose message is ENFILE's.
+                    Failed("too many open files");
+                    _waitForDescriptors = true;
+                    continue;
+                }
                 catch (SocketException e)
                 {
-                    Failed(e);
-                    try
-                    {
-                        await Task.Delay(RetryDelay, _unbound.Token);
-                    }
-                    catch (OperationCanceledException)
+                    Failed($"{e.Message} ({e.SocketErrorCode})");
+                    if (!await WaitAsync())
                     {
                         return null;
                     }
@@ -159,9 +244,21 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
                     continue;
                 }
 
+                if ((long)accepted.Handle >= reserve.Floor)
+                {
+                    accepted.Dispose();
+                    Failed($"fewer than {reserve.Reserve} of its {reserve.Limit} descriptors are left, which Tern keeps for upstream connections, files and its own threads; the client it accepted into them was closed");
+                    _waitForDescriptors = true;
+                    continue;
+                }
+
                 if (_recoveryOwed)
                 {
                     Recovered();
+                }
+                else
+                {
+                    _failures = 0; // a short spell no line reported
                 }
 
                 try
@@ -181,10 +278,24 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
             }
         }
 
+        /// <summary>Waits <see cref="RetryDelay"/>; false if the listener was unbound meanwhile.</summary>
+        private async Task<bool> WaitAsync()
+        {
+            try
+            {
+                await Task.Delay(RetryDelay, _unbound.Token);
+                return true;
+            }
+            catch (OperationCanceledException)
+            {
+                return false;
+            }
+        }
+
         // At most one line about failures every RepeatLogEvery, and one about recovering after each:
         // at the limit, connections that close let a few accepts through, and each would otherwise
         // make a pair of lines.
-        private void Failed(SocketException e)
+        private void Failed(string reason)
         {
             var now = Environment.TickCount64;
             if (_failures++ == 0)
@@ -197,13 +308,13 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
                 return;
             }
 
-            // .NET reports EMFILE (the process's limit) and ENFILE (the system's) as one error, whose
-            // message is ENFILE's; the advice covers both.
-            var (reason, advice) = e.SocketErrorCode == SocketError.TooManyOpenSockets
-                ? ("too many open files",
-                   $"Tern has as many files open as it may ({(OpenFileLimit() is { } limit ? $"its limit, RLIMIT_NOFILE, is {limit}" : "RLIMIT_NOFILE")}), or the system has (fs.file-max): raise the limit (ulimit -n, systemd's LimitNOFILE, the container runtime's nofile), or cap connections with Kestrel:Limits:MaxConcurrentConnections.")
-                : (e.Message, $"Tern tries again until it works ({e.SocketErrorCode}).");
-            TernLog.AcceptFailing(logger, _endpoint, reason, _failures, (now - _firstFailure) / 1000.0, backlog, (int)RetryDelay.TotalMilliseconds, advice);
+            var advice = $"Tern may open {reserve.Limit} files (RLIMIT_NOFILE; the system's limit is fs.file-max): raise the limit (ulimit -n, systemd's LimitNOFILE, the container runtime's nofile), or cap connections with Kestrel:Limits:MaxConcurrentConnections.";
+            if (_failures > 1)
+            {
+                reason += string.Create(CultureInfo.InvariantCulture, $" ({_failures} times in {(now - _firstFailure) / 1000.0:0.0} s)");
+            }
+
+            TernLog.AcceptFailing(logger, _endpoint, reason, backlog, (int)RetryDelay.TotalMilliseconds, advice);
             _reportedAt = now;
             _failures = 0;
             _recoveryOwed = true;
@@ -223,12 +334,13 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
             return default;
         }
 
+        // The token source is not disposed: a loop still between a failure and its wait would
+        // then throw instead of returning.
         public ValueTask DisposeAsync()
         {
             _unbound.Cancel();
             socket.Dispose();
             factory.Dispose();
-            _unbound.Dispose();
             return default;
         }
     }

@@ -7,17 +7,19 @@ namespace Tern.Tests.Listeners;
 
 /// <summary>
 /// The real proxy process allowed few open files, and more clients than it may hold: each accepted
-/// connection is a file, so accepting fails with EMFILE while clients wait in the backlog.
+/// connection is a file. Tern stops accepting before the last eighth of its descriptors (64 of 500
+/// here) is gone, so that upstream connections, files and the runtime's threads still get theirs,
+/// and clients wait in the backlog.
 /// </summary>
 public sealed class OpenFileLimitTests
 {
-    // Tern holds about 250 files once it serves (its assemblies, sockets, pipes): room for about
-    // 250 clients, so that 600 fill it and leave the rest in the listen backlog (512).
+    // Tern holds about 220-250 files once it serves (its assemblies, sockets, pipes): room for about
+    // 190 clients below the reserve, so that 600 fill it and leave the rest in the listen backlog.
     private const int OpenFileLimit = 500;
     private const int Clients = 600;
 
     [Fact]
-    public async Task OutOfFiles_AcceptingWaitsWithoutSpinning_IsLoggedOnce_OpenConnectionsAreServed_AndItRecovers()
+    public async Task NearTheFileLimit_AcceptingWaitsWithoutSpinning_IsLoggedOnce_OpenConnectionsAreServed_AndItRecovers()
     {
         await using var upstream = await TestUpstream.StartAsync();
         var ports = new Dictionary<string, int>
@@ -46,31 +48,39 @@ public sealed class OpenFileLimitTests
             {
                 var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
                 held.Add(socket);
-                await socket.ConnectAsync(IPAddress.Loopback, ports["Https"]); // completes in the kernel, accepted or not
+
+                // Completes in the kernel, accepted or not, while the backlog has room (512, or
+                // net.core.somaxconn if lower); past that the kernel drops the connection request.
+                using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(2));
+                try
+                {
+                    await socket.ConnectAsync(IPAddress.Loopback, ports["Https"], timeout.Token);
+                }
+                catch (OperationCanceledException)
+                {
+                    break;
+                }
             }
 
-            var failing = await tern.WaitForOutputAsync($"Accepting connections on [::]:{ports["Https"]} fails: too many open files");
-            Assert.Contains($"its limit, RLIMIT_NOFILE, is {OpenFileLimit}", failing, StringComparison.Ordinal);
+            var failing = await tern.WaitForOutputAsync($"Accepting connections on [::]:{ports["Https"]} fails: fewer than 64 of its {OpenFileLimit} descriptors are left");
+            Assert.Contains($"Tern may open {OpenFileLimit} files (RLIMIT_NOFILE", failing, StringComparison.Ordinal);
 
-            // Kestrel's own loop tried again at once, on both cores (5.3 CPU seconds in 5 s).
+            // Kestrel's own loop, at the limit itself, tried again at once on both cores (2.95 CPU
+            // seconds in these 3 s).
             var before = CpuSeconds(tern.Id);
             await Task.Delay(TimeSpan.FromSeconds(3));
             var used = CpuSeconds(tern.Id) - before;
             Assert.True(used < 1.5, $"Tern used {used:0.00} CPU seconds in 3 s while it could not accept; output:\n{tern.Output}");
 
-            // The connection opened before is served meanwhile: three requests at once, each held
-            // a second by the upstream. One may go over the upstream connection Tern already has;
-            // the others need a new one, which Tern cannot open: a 503 saying why, not a hang, and
-            // not a 502 blaming the upstream.
+            // The connection opened before is served meanwhile, upstream connections included: three
+            // requests at once, each held a second by the upstream (which speaks HTTP/1.1), so two
+            // need a new upstream connection, from the descriptors kept in reserve.
             var answers = await Task.WhenAll(Enumerable.Range(0, 3).Select(async _ =>
             {
                 using var response = await early.GetAsync(new Uri("/slow/1000", UriKind.Relative));
                 return (response.StatusCode, Body: await response.Content.ReadAsStringAsync());
             }));
-            Assert.All(answers, a => Assert.True(a.StatusCode is HttpStatusCode.OK or HttpStatusCode.ServiceUnavailable, $"{a.StatusCode}: {a.Body}"));
-            var refused = answers.Where(a => a.StatusCode == HttpStatusCode.ServiceUnavailable).ToList();
-            Assert.NotEmpty(refused);
-            Assert.All(refused, a => Assert.Equal("503 Service Unavailable: Tern has as many connections open as its open-file limit allows; try again later (cluster 'app')\n", a.Body));
+            Assert.All(answers, a => Assert.True(a.StatusCode == HttpStatusCode.OK, $"{a.StatusCode}: {a.Body}"));
         }
         finally
         {
@@ -86,10 +96,10 @@ public sealed class OpenFileLimitTests
         Assert.Equal(HttpStatusCode.OK, (await early.GetAsync(new Uri("/slow/10", UriKind.Relative))).StatusCode);
 
         var output = tern.Output;
-        Assert.Single(output.Split('\n'), line => line.Contains("fails: too many open files", StringComparison.Ordinal));
+        Assert.Single(output.Split('\n'), line => line.Contains("Accepting connections on", StringComparison.Ordinal) && line.Contains(" fails: ", StringComparison.Ordinal));
 
-        // The settings poll could not read its files either, and once took that for a change:
-        // a failed reload, then a reload of what had not changed.
+        // Nor did the settings poll run out (at the limit itself it took a file it could not open
+        // for a change: a failed reload, then a reload of what had not changed).
         Assert.DoesNotContain("Configuration reload", output, StringComparison.Ordinal);
     }
 
