@@ -6,6 +6,7 @@ using System.Runtime.InteropServices;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Options;
+using Tern.Proxy.Configuration;
 
 namespace Tern.Proxy.Listeners;
 
@@ -24,8 +25,9 @@ namespace Tern.Proxy.Listeners;
 /// process with "Out of memory." in 6 of 69 runs of OpenFileLimitTests before this reserve). So the
 /// loop never lets clients take the last <see cref="DescriptorReserve.Reserve"/> descriptors (an
 /// eighth of the limit, at least 64; nginx's workers, with accept_mutex on, stop accepting with an
-/// eighth of their connections left): a client accepted into them is closed at once, and accepting waits until a lower
-/// descriptor is free. Upstream connections, files and threads may still use them.</item>
+/// eighth of their connections left): a client accepted into them is closed at once, and accepting
+/// waits until a lower descriptor is free. Upstream connections, files and threads may still use
+/// them, and so may the management listener and the demo upstream, which take few connections.</item>
 /// </list>
 /// Either is logged once (event 407, naming the limit), then at most every
 /// <see cref="RepeatLogEvery"/> while it lasts, and once when accepting works again (408). Clients
@@ -39,7 +41,7 @@ namespace Tern.Proxy.Listeners;
 /// every socket. Should a later runtime lack that constructor, <see cref="Available"/> is false and
 /// Tern keeps Kestrel's transport (and says so at start).
 /// </remarks>
-internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> options, ILoggerFactory loggers) : IConnectionListenerFactory, IConnectionListenerFactorySelector
+internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> options, ILoggerFactory loggers, ActiveConfiguration active) : IConnectionListenerFactory, IConnectionListenerFactorySelector
 {
     /// <summary>How long the loop waits after a failed accept before it tries again (nginx: 500 ms).</summary>
     public static readonly TimeSpan RetryDelay = TimeSpan.FromMilliseconds(100);
@@ -76,7 +78,13 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
             socket.Listen(transport.Backlog);
             var factoryOptions = (SocketConnectionFactoryOptions)s_factoryOptions!.Invoke([transport]);
             var factory = new SocketConnectionContextFactory(factoryOptions, loggers.CreateLogger("Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets"));
-            return new(new Listener(socket, factory, transport.NoDelay, transport.Backlog, _reserve, _logger));
+            // The management listener (probes, metrics) and the demo upstream, whose clients are Tern's
+            // own upstream connections, take few connections and may use the reserve: /healthz
+            // answers while clients wait.
+            var settings = active.Bound;
+            var port = ((IPEndPoint)endpoint).Port;
+            var keepsReserve = port != settings.ManagementPort && !(settings.DemoEnabled && port == settings.DemoPort);
+            return new(new Listener(socket, factory, transport.NoDelay, transport.Backlog, keepsReserve ? _reserve : null, _logger));
         }
         catch
         {
@@ -171,7 +179,7 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
         }
     }
 
-    private sealed class Listener(Socket socket, SocketConnectionContextFactory factory, bool noDelay, int backlog, DescriptorReserve reserve, ILogger logger) : IConnectionListener
+    private sealed class Listener(Socket socket, SocketConnectionContextFactory factory, bool noDelay, int backlog, DescriptorReserve? reserve, ILogger logger) : IConnectionListener
     {
         private readonly CancellationTokenSource _unbound = new();
         private readonly string _endpoint = socket.LocalEndPoint?.ToString() ?? "?";
@@ -199,10 +207,13 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
                         return null;
                     }
 
-                    reserve.Refresh();
-                    if (LowestFreeDescriptor(socket) >= reserve.Floor)
+                    if (reserve is not null)
                     {
-                        continue;
+                        reserve.Refresh();
+                        if (LowestFreeDescriptor(socket) >= reserve.Floor)
+                        {
+                            continue;
+                        }
                     }
 
                     _waitForDescriptors = false;
@@ -244,7 +255,7 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
                     continue;
                 }
 
-                if ((long)accepted.Handle >= reserve.Floor)
+                if (reserve is not null && (long)accepted.Handle >= reserve.Floor)
                 {
                     accepted.Dispose();
                     Failed($"fewer than {reserve.Reserve} of its {reserve.Limit} descriptors are left, which Tern keeps for upstream connections, files and its own threads; the client it accepted into them was closed");
@@ -308,7 +319,7 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
                 return;
             }
 
-            var advice = $"Tern may open {reserve.Limit} files (RLIMIT_NOFILE; the system's limit is fs.file-max): raise the limit (ulimit -n, systemd's LimitNOFILE, the container runtime's nofile), or cap connections with Kestrel:Limits:MaxConcurrentConnections.";
+            var advice = $"Tern may open {(OpenFileLimit() is { } limit ? limit.ToString(CultureInfo.InvariantCulture) : "only so many")} files (RLIMIT_NOFILE; the system's limit is fs.file-max): raise the limit (ulimit -n, systemd's LimitNOFILE, the container runtime's nofile), or cap connections with Kestrel:Limits:MaxConcurrentConnections.";
             if (_failures > 1)
             {
                 reason += string.Create(CultureInfo.InvariantCulture, $" ({_failures} times in {(now - _firstFailure) / 1000.0:0.0} s)");
