@@ -1,3 +1,4 @@
+using System.Diagnostics.Metrics;
 using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
@@ -41,8 +42,11 @@ namespace Tern.Proxy.Listeners;
 /// every socket. Should a later runtime lack that constructor, <see cref="Available"/> is false and
 /// Tern keeps Kestrel's transport (and says so at start).
 /// </remarks>
-internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> options, ILoggerFactory loggers, ActiveConfiguration active) : IConnectionListenerFactory, IConnectionListenerFactorySelector
+internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> options, ILoggerFactory loggers, ActiveConfiguration active, IMeterFactory meters) : IConnectionListenerFactory, IConnectionListenerFactorySelector
 {
+    /// <summary>The meter of <c>tern.listener.accept.errors</c>.</summary>
+    public const string MeterName = "Tern.Listeners";
+
     /// <summary>How long the loop waits after a failed accept before it tries again (nginx: 500 ms).</summary>
     public static readonly TimeSpan RetryDelay = TimeSpan.FromMilliseconds(100);
 
@@ -54,6 +58,8 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
 
     private readonly ILogger _logger = loggers.CreateLogger("Tern.Proxy.Listeners");
     private readonly DescriptorReserve _reserve = new();
+    private readonly Counter<long> _errors = meters.Create(MeterName).CreateCounter<long>("tern.listener.accept.errors", "{error}",
+        "Clients a listener closed because they would have taken the descriptors Tern keeps in reserve (error.type descriptor_reserve), and accept() calls that failed (too_many_open_files, or .NET's SocketError)");
 
     /// <summary>Whether this runtime's Kestrel has what the transport needs (see remarks).</summary>
     public static bool Available => s_factoryOptions is not null;
@@ -84,7 +90,7 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
             var settings = active.Bound;
             var port = ((IPEndPoint)endpoint).Port;
             var keepsReserve = port != settings.ManagementPort && !(settings.DemoEnabled && port == settings.DemoPort);
-            return new(new Listener(socket, factory, transport.NoDelay, transport.Backlog, keepsReserve ? _reserve : null, _logger));
+            return new(new Listener(socket, factory, transport.NoDelay, transport.Backlog, keepsReserve ? _reserve : null, _errors, _logger));
         }
         catch
         {
@@ -179,7 +185,7 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
         }
     }
 
-    private sealed class Listener(Socket socket, SocketConnectionContextFactory factory, bool noDelay, int backlog, DescriptorReserve? reserve, ILogger logger) : IConnectionListener
+    private sealed class Listener(Socket socket, SocketConnectionContextFactory factory, bool noDelay, int backlog, DescriptorReserve? reserve, Counter<long> errors, ILogger logger) : IConnectionListener
     {
         private readonly CancellationTokenSource _unbound = new();
         private readonly string _endpoint = socket.LocalEndPoint?.ToString() ?? "?";
@@ -240,13 +246,13 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
                 {
                     // .NET reports EMFILE (the process's limit) and ENFILE (the system's) as one
                     // error, whose message is ENFILE's.
-                    Failed("too many open files");
+                    Failed("too many open files", "too_many_open_files");
                     _waitForDescriptors = true;
                     continue;
                 }
                 catch (SocketException e)
                 {
-                    Failed($"{e.Message} ({e.SocketErrorCode})");
+                    Failed($"{e.Message} ({e.SocketErrorCode})", e.SocketErrorCode.ToString());
                     if (!await WaitAsync())
                     {
                         return null;
@@ -258,7 +264,7 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
                 if (reserve is not null && (long)accepted.Handle >= reserve.Floor)
                 {
                     accepted.Dispose();
-                    Failed($"fewer than {reserve.Reserve} of its {reserve.Limit} descriptors are left, which Tern keeps for upstream connections, files and its own threads; the client it accepted into them was closed");
+                    Failed($"fewer than {reserve.Reserve} of its {reserve.Limit} descriptors are left, which Tern keeps for upstream connections, files and its own threads; the client it accepted into them was closed", "descriptor_reserve");
                     _waitForDescriptors = true;
                     continue;
                 }
@@ -306,8 +312,9 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
         // At most one line about failures every RepeatLogEvery, and one about recovering after each:
         // at the limit, connections that close let a few accepts through, and each would otherwise
         // make a pair of lines.
-        private void Failed(string reason)
+        private void Failed(string reason, string errorType)
         {
+            errors.Add(1, new KeyValuePair<string, object?>("server.port", ((IPEndPoint)EndPoint).Port), new KeyValuePair<string, object?>("error.type", errorType));
             var now = Environment.TickCount64;
             if (_failures++ == 0)
             {

@@ -16,6 +16,7 @@ internal sealed class MetricsEndpoint : IDisposable
     public static readonly string[] Meters =
     [
         TlsMetrics.MeterName,
+        Listeners.SocketTransport.MeterName,
         "Microsoft.AspNetCore.Server.Kestrel",
         "Microsoft.AspNetCore.Hosting",
         "System.Net.Http",

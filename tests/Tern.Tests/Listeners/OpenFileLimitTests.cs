@@ -85,6 +85,8 @@ public sealed class OpenFileLimitTests
             // The management listener may use the reserve: probes and scrapes get through.
             using var management = new HttpClient { Timeout = TimeSpan.FromSeconds(10) };
             Assert.Equal(HttpStatusCode.OK, (await management.GetAsync(new Uri($"http://127.0.0.1:{ports["Management"]}/healthz"))).StatusCode);
+            var metrics = await management.GetStringAsync(new Uri($"http://127.0.0.1:{ports["Management"]}/metrics"));
+            Assert.Matches($"(?m)^tern_listener_accept_errors_total{{error_type=\"descriptor_reserve\",server_port=\"{ports["Https"]}\"}} [1-9]", metrics);
         }
         finally
         {
