@@ -48,12 +48,12 @@ internal static class ProxyErrorResponses
         // large 413, too slow 408) is answered with Kestrel's status; any other failure there is a
         // client that went away (499).
         var clientSide = error.Error is ForwarderError.RequestBodyClient or ForwarderError.ResponseBodyClient or ForwarderError.UpgradeRequestClient or ForwarderError.UpgradeResponseClient;
-        var rejected = clientSide ? Find<BadHttpRequestException>(error.Exception) : null;
-        if (rejected is not null && !context.Response.HasStarted && !context.RequestAborted.IsCancellationRequested)
+        var rejected = clientSide ? Rejection(error.Exception) : null;
+        if (rejected is { } refusal && !context.Response.HasStarted && !context.RequestAborted.IsCancellationRequested)
         {
-            TernLog.RequestBodyRejected(Logger(context), context.Request.Method, context.Request.Path, rejected.StatusCode, rejected.Message, route);
+            TernLog.RequestBodyRejected(Logger(context), context.Request.Method, context.Request.Path, refusal.Status, refusal.Message, route);
             // Over HTTP/1.1, what follows the refused body cannot be framed: close.
-            await RespondAsync(context, rejected.StatusCode, $"the request body was rejected ({rejected.Message})", close: HttpProtocol.IsHttp11(context.Request.Protocol));
+            await RespondAsync(context, refusal.Status, $"the request body was rejected ({refusal.Message})", close: HttpProtocol.IsHttp11(context.Request.Protocol));
             return;
         }
 
@@ -133,6 +133,29 @@ internal static class ProxyErrorResponses
             _ => "the upstream could not be reached",
         };
         return (StatusCodes.Status502BadGateway, $"{reason} (cluster '{cluster}')");
+    }
+
+    /// <summary>
+    /// Kestrel's refusal of a request body, with its status: a <see cref="BadHttpRequestException"/>,
+    /// or the <see cref="IOException"/> wrapping an <see cref="OverflowException"/> that Kestrel's
+    /// chunked parser throws for a chunk size of 2^31 or more (a 400, as for any bad chunk size).
+    /// </summary>
+    internal static (int Status, string Message)? Rejection(Exception? exception)
+    {
+        if (Find<BadHttpRequestException>(exception) is { } rejected)
+        {
+            return (rejected.StatusCode, rejected.Message);
+        }
+
+        for (var e = exception; e is not null; e = e.InnerException)
+        {
+            if (e is IOException { InnerException: OverflowException })
+            {
+                return (StatusCodes.Status400BadRequest, e.Message);
+            }
+        }
+
+        return null;
     }
 
     private static T? Find<T>(Exception? exception)

@@ -17,4 +17,17 @@ public sealed class ProxyErrorResponsesTests
 
         Assert.Equal((status, reason), ProxyErrorResponses.Describe(ForwarderError.Request, failure, "app"));
     }
+
+    [Fact]
+    public void RequestBodyFailure_KestrelsOverflowingChunkSizeIsARefusal_AResetIsNot()
+    {
+        // Kestrel's chunked parser throws this for a chunk size of 2^31 or more, where any other bad
+        // chunk size is its BadHttpRequestException; a client that goes away fails the read with a
+        // plain IOException (ForwardingTests covers both over real connections).
+        var overflow = new IOException("Bad chunk size data.", new OverflowException());
+
+        Assert.Equal((400, "Bad chunk size data."), ProxyErrorResponses.Rejection(new InvalidOperationException("copy failed", overflow)));
+        Assert.Null(ProxyErrorResponses.Rejection(new IOException("The client reset the request stream.")));
+        Assert.Null(ProxyErrorResponses.Rejection(new IOException("Unable to read data from the transport connection", new SocketException((int)SocketError.ConnectionReset))));
+    }
 }
