@@ -1,0 +1,554 @@
+using System.Buffers.Binary;
+using System.Collections.Concurrent;
+using System.Net;
+using System.Net.Sockets;
+using System.Text;
+using System.Text.RegularExpressions;
+using Tern.Tests.Infrastructure;
+
+namespace Tern.Tests.Forwarding;
+
+/// <summary>
+/// Request smuggling: requests whose framing or headers a server behind Tern could read otherwise
+/// than Tern does. Each is sent over real TLS to a real Tern in front of an upstream that parses
+/// HTTP/1.1 strictly and records every request it gets. Whatever Kestrel accepts, the upstream must
+/// see requests framed one way only (never both Content-Length and Transfer-Encoding, never a line
+/// that is not CRLF-ended), never a request the client hid in another's body, and never a header the
+/// client injected through a line break.
+/// </summary>
+/// <remarks>
+/// Parsing and re-framing are Kestrel's and YARP's, the same under either TLS engine, so this runs
+/// on the default engine only.
+/// </remarks>
+public sealed class SmugglingTests : IAsyncLifetime
+{
+    private const string Smuggled = "GET /smuggled HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+    private readonly RecordingUpstream _upstream = new();
+    private TernInstance _tern = null!;
+
+    public async Task InitializeAsync()
+    {
+        _tern = await TernInstance.StartAsync(new TernConfig(Proxy.Tls.TlsEngines.OpenSsl)
+            .Route("all", "app", "{**catch-all}").Cluster("app", [_upstream.Address]));
+    }
+
+    public async Task DisposeAsync()
+    {
+        await _tern.DisposeAsync();
+        _upstream.Dispose();
+    }
+
+    /// <summary>
+    /// HTTP/1.1 requests and what must come of each: the statuses the client reads, and the one
+    /// request the upstream gets, as its path and body ("" for none).
+    /// </summary>
+    public static TheoryData<string, string, string, string> Http1Requests() => new()
+    {
+        // Both framings (RFC 9112, 6.1): chunked wins and the connection closes after the answer.
+        { "CL.TE", "POST /a HTTP/1.1\r\nHost: localhost\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + Smuggled, "200", "/a " },
+        { "TE.CL", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n8\r\nSMUGGLED\r\n0\r\n\r\n", "200", "/a SMUGGLED" },
+        { "two Content-Lengths", "POST /a HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nContent-Length: 5\r\n\r\nabcde", "400", "" },
+        { "chunked not last", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n" + Smuggled, "400", "" },
+        { "unknown coding", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n" + Smuggled, "400", "" },
+        { "space before colon", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n" + Smuggled, "400", "" },
+        { "folded header", "GET /a HTTP/1.1\r\nHost: localhost\r\nX-A: b\r\n Transfer-Encoding: chunked\r\n\r\n", "400", "" },
+        { "bare CR in a value", "GET /a HTTP/1.1\r\nHost: localhost\r\nX-A: b\rX-Injected: 1\r\n\r\n", "400", "" },
+        { "NUL in a value", "GET /a HTTP/1.1\r\nHost: localhost\r\nX-A: b\0c\r\n\r\n", "400", "" },
+        { "two Hosts", "GET /a HTTP/1.1\r\nHost: localhost\r\nHost: evil\r\n\r\n", "400", "" },
+        { "absolute form naming another host", "GET http://evil/a HTTP/1.1\r\nHost: localhost\r\n\r\n", "400", "" },
+        { "chunk size of 2^31", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n80000000\r\nabc\r\n", "400", "" },
+        { "bare LF in a chunk extension", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n3;x\nabc\r\n0\r\n\r\n" + Smuggled, "400", "" },
+        { "framing in a trailer", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n", "200", "/a abc" },
+        // YARP forwards WebSocket upgrades only; an h2c upgrade must not reach the upstream.
+        { "h2c upgrade", "GET /a HTTP/1.1\r\nHost: localhost\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nConnection: Upgrade, HTTP2-Settings\r\n\r\n", "200", "/a " },
+    };
+
+    [Theory]
+    [MemberData(nameof(Http1Requests))]
+    public async Task Http1_EveryRequestReachesTheUpstreamFramedOneWay(string name, string request, string statuses, string forwarded)
+    {
+        _ = name;
+        _upstream.Clear();
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort);
+        await client.WriteAsync(request);
+        var received = await ReadUntilQuietAsync(client.Stream);
+        await Task.Delay(200); // a request that reached the upstream is recorded by then (it was answered)
+
+        var seen = string.Join(",", Regex.Matches(received, @"(?m)^HTTP/1\.1 (\d{3}) ").Select(m => m.Groups[1].Value));
+        Assert.Equal(statuses, seen);
+        Assert.Empty(_upstream.Violations);
+        var requests = _upstream.Requests.ToList();
+        Assert.DoesNotContain(requests, r => r.Target.Contains("smuggled", StringComparison.Ordinal));
+        if (forwarded == "")
+        {
+            // A body refused part-way may have had its head forwarded, but never reaches the
+            // upstream whole: Tern's HTTP client ends that upstream connection.
+            Assert.Empty(requests);
+            return;
+        }
+
+        var only = Assert.Single(requests);
+        Assert.Equal(forwarded, only.Target + " " + only.Body);
+        Assert.DoesNotContain(only.Headers, h => h.Name.Equals("Upgrade", StringComparison.OrdinalIgnoreCase) || h.Name.Equals("HTTP2-Settings", StringComparison.OrdinalIgnoreCase));
+        Assert.Empty(only.Trailers);
+    }
+
+    /// <summary>
+    /// HTTP/2 requests, which Tern forwards over HTTP/1.1: HPACK carries any byte in a name or
+    /// value, so a CR or LF there would become a header line of its own, and a request's length is
+    /// its DATA frames, whatever content-length says. Each must be refused (a stream reset or the
+    /// connection's GOAWAY), or reach the upstream as one well-framed request.
+    /// </summary>
+    public static TheoryData<string, string[], string?, string> Http2Requests() => new()
+    {
+        { "CRLF in a value", ["x", "a\r\nTransfer-Encoding: chunked"], null, "refused" },
+        { "LF in a value", ["x", "a\nX-Injected: 1"], null, "refused" },
+        { "NUL in a value", ["x", "a\0b"], null, "refused" },
+        { "CRLF in a name", ["x\r\nx-injected", "1"], null, "200 /a " },
+        { "upper-case name", ["X-Up", "1"], null, "refused" },
+        { "CRLF in :path", [":path", "/a HTTP/1.1\r\nHost: localhost\r\n\r\nGET /smuggled"], null, "refused" },
+        { "CRLF in :method", [":method", "GET /smuggled HTTP/1.1\r\nX:"], null, "refused" },
+        { "CRLF in :authority", [":authority", "localhost\r\nX-Injected: 1"], null, "refused" },
+        { "connection header", ["connection", "keep-alive"], null, "refused" },
+        { "te other than trailers", ["te", "gzip"], null, "refused" },
+        { "host unlike :authority", ["host", "evil"], null, "200 /a " },
+        { "transfer-encoding header", ["transfer-encoding", "chunked"], "0\r\n\r\n" + Smuggled, "200 /a 0\r\n\r\n" + Smuggled },
+        { "content-length under the data", ["content-length", "3"], "abc" + Smuggled, "refused" },
+        { "content-length over the data", ["content-length", "50"], "abc", "refused" },
+    };
+
+    [Theory]
+    [MemberData(nameof(Http2Requests))]
+    public async Task Http2_NoHeaderOrFramingCrossesIntoTheUpstreamsHttp11(string name, string[] header, string? body, string outcome)
+    {
+        _ = name;
+        _upstream.Clear();
+        var headers = new List<(string, string)> { (":method", body is null ? "GET" : "POST"), (":scheme", "https"), (":authority", "localhost"), (":path", "/a") };
+        var replaced = headers.FindIndex(h => h.Item1 == header[0]);
+        if (replaced >= 0)
+        {
+            headers[replaced] = (header[0], header[1]);
+        }
+        else
+        {
+            headers.Add((header[0], header[1]));
+        }
+
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: true);
+        var answer = await Http2Exchange(client.Stream, headers, body is null ? null : Encoding.Latin1.GetBytes(body));
+        await Task.Delay(200);
+
+        Assert.Empty(_upstream.Violations);
+        var requests = _upstream.Requests.ToList();
+        Assert.DoesNotContain(requests, r => r.Target.Contains("smuggled", StringComparison.Ordinal) || r.Headers.Any(h => h.Name.Contains("injected", StringComparison.OrdinalIgnoreCase)));
+        if (outcome == "refused")
+        {
+            Assert.Equal("refused", answer);
+            Assert.Empty(requests);
+            return;
+        }
+
+        Assert.Equal("200", answer);
+        var only = Assert.Single(requests);
+        Assert.Equal(outcome, "200 " + only.Target + " " + only.Body);
+        Assert.Equal("localhost", Assert.Single(only.Headers, h => h.Name.Equals("Host", StringComparison.OrdinalIgnoreCase)).Value);
+    }
+
+    /// <summary>The recording upstream itself, sent requests directly: it must flag what the tests above rely on it to flag.</summary>
+    [Theory]
+    [InlineData("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "framing")]
+    [InlineData("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: +3\r\n\r\nabc", "Content-Length")]
+    [InlineData("GET /a HTTP/1.1\nHost: x\r\n\r\n", "LF alone")]
+    [InlineData("GET /a HTTP/1.1\r\nHost: x\r\nX-A: b\rX-Injected: 1\r\n\r\n", "bare CR")]
+    [InlineData("GET /a HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", "header line")]
+    [InlineData("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;x\r\nabc\r\n0\r\n\r\n", "chunk size")]
+    public async Task Recorder_FlagsFramingItCannotReadOneWay(string request, string violation)
+    {
+        using var client = new TcpClient();
+        await client.ConnectAsync(new Uri(_upstream.Address).Host, new Uri(_upstream.Address).Port);
+        await client.GetStream().WriteAsync(Encoding.Latin1.GetBytes(request + "GET /b HTTP/1.1\r\nHost: x\r\n\r\n"));
+        for (var waited = 0; _upstream.Violations.IsEmpty && waited < 5000; waited += 20)
+        {
+            await Task.Delay(20);
+        }
+
+        Assert.Contains(violation, Assert.Single(_upstream.Violations), StringComparison.Ordinal);
+        Assert.Empty(_upstream.Requests); // and it stops reading that connection
+    }
+
+    /// <summary>What the server sends until it closes or stays silent for half a second (at most 10 s).</summary>
+    private static async Task<string> ReadUntilQuietAsync(Stream stream)
+    {
+        var received = new StringBuilder();
+        var buffer = new byte[16 * 1024];
+        var deadline = DateTime.UtcNow.AddSeconds(10);
+        while (DateTime.UtcNow < deadline)
+        {
+            using var quiet = new CancellationTokenSource(received.Length == 0 ? TimeSpan.FromSeconds(5) : TimeSpan.FromMilliseconds(500));
+            int read;
+            try
+            {
+                read = await stream.ReadAsync(buffer, quiet.Token);
+            }
+            catch (OperationCanceledException)
+            {
+                break;
+            }
+            catch (IOException)
+            {
+                break; // a reset after the answer
+            }
+
+            if (read == 0)
+            {
+                break;
+            }
+
+            received.Append(Encoding.Latin1.GetString(buffer, 0, read));
+        }
+
+        return received.ToString();
+    }
+
+    /// <summary>
+    /// One request on stream 1 with hand-made frames (HPACK literals, never indexed or Huffman-coded,
+    /// so any byte goes through as it is): "refused" for a RST_STREAM or GOAWAY, the :status of
+    /// the response's HEADERS otherwise, "closed" if the connection ends first.
+    /// </summary>
+    private static async Task<string> Http2Exchange(Stream stream, List<(string Name, string Value)> headers, byte[]? body)
+    {
+        var block = new MemoryStream();
+        foreach (var (name, value) in headers)
+        {
+            block.WriteByte(0); // literal header field without indexing, new name
+            WriteString(block, name);
+            WriteString(block, value);
+        }
+
+        var output = new MemoryStream();
+        output.Write("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"u8);
+        WriteFrame(output, 4, 0, 0, []); // SETTINGS: the defaults
+        WriteFrame(output, 1, (byte)(0x4 | (body is null ? 0x1 : 0)), 1, block.ToArray()); // HEADERS, END_HEADERS (and END_STREAM)
+        if (body is not null)
+        {
+            WriteFrame(output, 0, 0x1, 1, body); // DATA, END_STREAM
+        }
+
+        await stream.WriteAsync(output.ToArray());
+
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+        var head = new byte[9];
+        while (true)
+        {
+            try
+            {
+                await stream.ReadExactlyAsync(head, timeout.Token);
+            }
+            catch (EndOfStreamException)
+            {
+                return "closed";
+            }
+
+            var length = (head[0] << 16) | (head[1] << 8) | head[2];
+            var payload = new byte[length];
+            await stream.ReadExactlyAsync(payload, timeout.Token);
+            var type = head[3];
+            var streamId = BinaryPrimitives.ReadInt32BigEndian(head.AsSpan(5)) & 0x7fffffff;
+            if (type == 7 || (type == 3 && streamId == 1))
+            {
+                return "refused";
+            }
+
+            if (type == 1 && streamId == 1)
+            {
+                return Status(payload);
+            }
+        }
+    }
+
+    /// <summary>The :status Kestrel encodes first in a response's header block: an indexed static entry (200 is 0x88), or a literal of the :status name with a plain value.</summary>
+    private static string Status(byte[] block) => block[0] switch
+    {
+        >= 0x88 and <= 0x8e => new[] { "200", "204", "206", "304", "400", "404", "500" }[block[0] - 0x88],
+        0x08 or 0x48 when block[1] < 0x80 => Encoding.ASCII.GetString(block, 2, block[1]),
+        _ => $"unknown ({block[0]:x2})",
+    };
+
+    private static void WriteString(Stream block, string text)
+    {
+        var bytes = Encoding.Latin1.GetBytes(text);
+        WriteInteger(block, bytes.Length); // 7-bit prefix, H = 0
+        block.Write(bytes);
+    }
+
+    private static void WriteInteger(Stream block, int value)
+    {
+        if (value < 127)
+        {
+            block.WriteByte((byte)value);
+            return;
+        }
+
+        block.WriteByte(127);
+        for (value -= 127; value >= 128; value >>= 7)
+        {
+            block.WriteByte((byte)((value & 0x7f) | 0x80));
+        }
+
+        block.WriteByte((byte)value);
+    }
+
+    private static void WriteFrame(Stream output, byte type, byte flags, int streamId, byte[] payload)
+    {
+        Span<byte> head = stackalloc byte[9];
+        head[0] = (byte)(payload.Length >> 16);
+        head[1] = (byte)(payload.Length >> 8);
+        head[2] = (byte)payload.Length;
+        head[3] = type;
+        head[4] = flags;
+        BinaryPrimitives.WriteInt32BigEndian(head[5..], streamId);
+        output.Write(head);
+        output.Write(payload);
+    }
+
+    private sealed record Request(string Method, string Target, List<(string Name, string Value)> Headers, string Body, List<(string Name, string Value)> Trailers);
+
+    /// <summary>
+    /// An HTTP/1.1 server as strict as RFC 9112 lets it be: CRLF-ended lines only, one framing (a
+    /// single Content-Length of digits, or Transfer-Encoding: chunked alone), no folded or malformed
+    /// header lines. What it cannot read one way only is a violation; each request it reads whole is
+    /// recorded and answered with a 200 naming its path.
+    /// </summary>
+    private sealed class RecordingUpstream : IDisposable
+    {
+        private readonly TcpListener _listener = new(IPAddress.Loopback, 0);
+        private readonly CancellationTokenSource _stop = new();
+
+        public RecordingUpstream()
+        {
+            _listener.Start();
+            _ = AcceptAsync();
+        }
+
+        public string Address => $"http://127.0.0.1:{((IPEndPoint)_listener.LocalEndpoint).Port}/";
+
+        public ConcurrentQueue<Request> Requests { get; private set; } = new();
+
+        public ConcurrentQueue<string> Violations { get; private set; } = new();
+
+        public void Clear()
+        {
+            Requests = new();
+            Violations = new();
+        }
+
+        public void Dispose()
+        {
+            _stop.Cancel();
+            _listener.Stop();
+        }
+
+        private async Task AcceptAsync()
+        {
+            while (!_stop.IsCancellationRequested)
+            {
+                TcpClient client;
+                try
+                {
+                    client = await _listener.AcceptTcpClientAsync(_stop.Token);
+                }
+                catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException)
+                {
+                    return;
+                }
+
+                _ = ServeAsync(client);
+            }
+        }
+
+        private async Task ServeAsync(TcpClient client)
+        {
+            using var _ = client;
+            var stream = client.GetStream();
+            var reader = new Reader(stream);
+            try
+            {
+                while (await reader.ReadRequestAsync(_stop.Token) is { } request)
+                {
+                    Requests.Enqueue(request);
+                    var answer = Encoding.ASCII.GetBytes("ok " + request.Target);
+                    await stream.WriteAsync(Encoding.ASCII.GetBytes($"HTTP/1.1 200 OK\r\nContent-Length: {answer.Length}\r\n\r\n").Concat(answer).ToArray(), _stop.Token);
+                }
+            }
+            catch (InvalidDataException e)
+            {
+                Violations.Enqueue(e.Message);
+            }
+            catch (Exception e) when (e is IOException or OperationCanceledException or EndOfStreamException)
+            {
+                // Tern gave up on the request (its client's body was refused): nothing whole to record.
+            }
+        }
+
+        private sealed class Reader(Stream stream)
+        {
+            private readonly byte[] _buffer = new byte[64 * 1024];
+            private int _start;
+            private int _end;
+
+            public async Task<Request?> ReadRequestAsync(CancellationToken cancellationToken)
+            {
+                var line = await ReadLineAsync(cancellationToken, eofAllowed: true);
+                if (line is null)
+                {
+                    return null;
+                }
+
+                var parts = line.Split(' ');
+                if (parts.Length != 3 || parts[2] != "HTTP/1.1" || parts[0].Length == 0 || !parts[1].StartsWith('/'))
+                {
+                    throw new InvalidDataException($"request line '{line}'");
+                }
+
+                var headers = await ReadFieldsAsync(cancellationToken);
+                var lengths = headers.Where(h => h.Name.Equals("Content-Length", StringComparison.OrdinalIgnoreCase)).ToList();
+                var codings = headers.Where(h => h.Name.Equals("Transfer-Encoding", StringComparison.OrdinalIgnoreCase)).ToList();
+                var trailers = new List<(string, string)>();
+                string body;
+                if (codings.Count > 0)
+                {
+                    if (lengths.Count > 0 || codings.Count > 1 || codings[0].Value != "chunked")
+                    {
+                        throw new InvalidDataException($"framing of {line}: {string.Join(", ", lengths.Concat(codings))}");
+                    }
+
+                    var content = new StringBuilder();
+                    while (true)
+                    {
+                        var size = await ReadLineAsync(cancellationToken) ?? throw new EndOfStreamException();
+                        if (size.Length is 0 or > 8 || !size.All(Uri.IsHexDigit))
+                        {
+                            throw new InvalidDataException($"chunk size '{size}'");
+                        }
+
+                        var count = Convert.ToInt32(size, 16);
+                        if (count == 0)
+                        {
+                            break;
+                        }
+
+                        content.Append(await ReadBytesAsync(count, cancellationToken));
+                        if (await ReadLineAsync(cancellationToken) is not "")
+                        {
+                            throw new InvalidDataException("chunk not followed by CRLF");
+                        }
+                    }
+
+                    trailers = await ReadFieldsAsync(cancellationToken);
+                    body = content.ToString();
+                }
+                else if (lengths.Count > 0)
+                {
+                    if (lengths.Count > 1 || lengths[0].Value.Length == 0 || !lengths[0].Value.All(char.IsAsciiDigit))
+                    {
+                        throw new InvalidDataException($"Content-Length of {line}: {string.Join(", ", lengths)}");
+                    }
+
+                    body = await ReadBytesAsync(int.Parse(lengths[0].Value, System.Globalization.CultureInfo.InvariantCulture), cancellationToken);
+                }
+                else
+                {
+                    body = "";
+                }
+
+                return new Request(parts[0], parts[1], headers, body, trailers);
+            }
+
+            private async Task<List<(string Name, string Value)>> ReadFieldsAsync(CancellationToken cancellationToken)
+            {
+                var fields = new List<(string, string)>();
+                while (await ReadLineAsync(cancellationToken) is { Length: > 0 } field)
+                {
+                    var colon = field.IndexOf(':', StringComparison.Ordinal);
+                    var name = colon > 0 ? field[..colon] : "";
+                    if (name.Length == 0 || !name.All(c => char.IsAsciiLetterOrDigit(c) || "!#$%&'*+-.^_`|~".Contains(c)) || field.Any(c => c < 0x20 && c != '\t'))
+                    {
+                        throw new InvalidDataException($"header line '{field}'");
+                    }
+
+                    fields.Add((name, field[(colon + 1)..].Trim(' ', '\t')));
+                }
+
+                return fields;
+            }
+
+            private async Task<string?> ReadLineAsync(CancellationToken cancellationToken, bool eofAllowed = false)
+            {
+                while (true)
+                {
+                    var lf = Array.IndexOf(_buffer, (byte)'\n', _start, _end - _start);
+                    if (lf >= 0)
+                    {
+                        if (lf == _start || _buffer[lf - 1] != '\r')
+                        {
+                            throw new InvalidDataException("a line ended by LF alone");
+                        }
+
+                        var line = Encoding.Latin1.GetString(_buffer, _start, lf - 1 - _start);
+                        _start = lf + 1;
+                        if (line.Contains('\r'))
+                        {
+                            throw new InvalidDataException($"a bare CR in '{line}'");
+                        }
+
+                        return line;
+                    }
+
+                    if (!await FillAsync(cancellationToken))
+                    {
+                        return eofAllowed && _start == _end ? null : throw new EndOfStreamException();
+                    }
+                }
+            }
+
+            private async Task<string> ReadBytesAsync(int count, CancellationToken cancellationToken)
+            {
+                var text = new StringBuilder();
+                while (count > 0)
+                {
+                    if (_start == _end && !await FillAsync(cancellationToken))
+                    {
+                        throw new EndOfStreamException();
+                    }
+
+                    var take = Math.Min(count, _end - _start);
+                    text.Append(Encoding.Latin1.GetString(_buffer, _start, take));
+                    _start += take;
+                    count -= take;
+                }
+
+                return text.ToString();
+            }
+
+            private async Task<bool> FillAsync(CancellationToken cancellationToken)
+            {
+                if (_start > 0)
+                {
+                    Array.Copy(_buffer, _start, _buffer, 0, _end - _start);
+                    _end -= _start;
+                    _start = 0;
+                }
+
+                if (_end == _buffer.Length)
+                {
+                    throw new InvalidDataException("a line longer than 64 KB");
+                }
+
+                var read = await stream.ReadAsync(_buffer.AsMemory(_end), cancellationToken);
+                _end += read;
+                return read > 0;
+            }
+        }
+    }
+}
