@@ -72,8 +72,11 @@ internal static partial class TernLog
     [LoggerMessage(302, LogLevel.Warning, "{Method} {Path} was cut off: Tern:Shutdown:DrainTimeout ran out before it finished (route {Route})")]
     public static partial void CutByShutdown(ILogger logger, string method, string path, string route);
 
-    [LoggerMessage(301, LogLevel.Warning, "{Method} {Path} returned {Status}: {Reason} (route {Route}, cluster {Cluster}, destination {Destination})")]
-    public static partial void UpstreamFailed(ILogger logger, string method, string path, int status, string reason, string route, string cluster, string destination);
+    [LoggerMessage(301, LogLevel.Warning, "{Method} {Path} returned {Status}: {Reason} (route {Route}, cluster {Cluster}, destination {Destination}): {Detail}")]
+    public static partial void UpstreamFailed(ILogger logger, string method, string path, int status, string reason, string route, string cluster, string destination, string detail);
+
+    [LoggerMessage(304, LogLevel.Warning, "{Method} {Path} was cut short after its {Status} response began: {Reason} (route {Route}, cluster {Cluster}, destination {Destination}): {Detail}")]
+    public static partial void UpstreamCutResponse(ILogger logger, string method, string path, int status, string reason, string route, string cluster, string destination, string detail);
 
     [LoggerMessage(400, LogLevel.Information, "Tern listening: HTTPS {HttpsPort}, HTTP {HttpPort} (redirects to HTTPS {RedirectPort}), management {ManagementPort}")]
     public static partial void Listening(ILogger logger, int httpsPort, int httpPort, int redirectPort, int managementPort);

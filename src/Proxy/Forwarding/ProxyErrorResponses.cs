@@ -34,6 +34,18 @@ internal static class ProxyErrorResponses
             return;
         }
 
+        // The upstream failed after the response began: it closed, reset or went silent mid-body.
+        // YARP then aborts the client's request itself, so that the client cannot take the part for
+        // the whole, which makes the client look gone: the failure is the upstream's.
+        var cluster = proxy.Cluster.Config.ClusterId;
+        var destination = proxy.ProxiedDestination?.DestinationId ?? "-";
+        if (context.Response.HasStarted && error.Error is ForwarderError.ResponseBodyDestination or ForwarderError.UpgradeResponseDestination or ForwarderError.UpgradeRequestDestination)
+        {
+            var (_, cut) = Describe(error.Error, error.Exception, cluster);
+            TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, cut, route, cluster, destination, Detail(error.Exception));
+            return;
+        }
+
         // An upstream may answer before it has read the request body (an HTTP/2 upstream refusing
         // an upload, say). YARP then copies the whole response and only after it reports the body's
         // copy as failed (a failed response copy is reported as such instead): the client got its
@@ -73,15 +85,15 @@ internal static class ProxyErrorResponses
             return;
         }
 
-        var (status, reason) = Describe(error.Error, error.Exception, proxy.Cluster.Config.ClusterId);
-        TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, status, reason, route,
-            proxy.Cluster.Config.ClusterId, proxy.ProxiedDestination?.DestinationId ?? "-");
+        var (status, reason) = Describe(error.Error, error.Exception, cluster);
         if (context.Response.HasStarted)
         {
-            // Part of the upstream's response is already on the wire; the connection is aborted.
+            // Part of the upstream's response is already on the wire; YARP aborted the request.
+            TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, reason, route, cluster, destination, Detail(error.Exception));
             return;
         }
 
+        TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, status, reason, route, cluster, destination, Detail(error.Exception));
         await RespondAsync(context, status, reason);
     }
 
@@ -100,6 +112,12 @@ internal static class ProxyErrorResponses
         await context.Response.WriteAsync($"{status} {ReasonPhrase(status)}: {reason}\n");
     }
 
+    /// <summary>
+    /// The status and the reason the client reads, for an error on the upstream's side. Reasons say
+    /// what the upstream did, so that an operator knows where to look: "could not be reached" only
+    /// when no connection was made. They name the cluster, never an internal address; the log line
+    /// adds <see cref="Detail"/>.
+    /// </summary>
     internal static (int Status, string Reason) Describe(ForwarderError error, Exception? exception, string cluster)
     {
         if (error == ForwarderError.NoAvailableDestinations)
@@ -114,6 +132,12 @@ internal static class ProxyErrorResponses
             return (StatusCodes.Status504GatewayTimeout, $"the upstream of cluster '{cluster}' did not respond in time");
         }
 
+        // YARP's activity timeout cancels a response body's read that waited longer than it allows.
+        if (error == ForwarderError.ResponseBodyDestination && Find<OperationCanceledException>(exception) is not null)
+        {
+            return (StatusCodes.Status504GatewayTimeout, $"the upstream of cluster '{cluster}' sent nothing more of its response within HttpRequest:ActivityTimeout");
+        }
+
         var socketError = Find<SocketException>(exception)?.SocketErrorCode;
         if (socketError == SocketError.TooManyOpenSockets)
         {
@@ -122,6 +146,7 @@ internal static class ProxyErrorResponses
             return (StatusCodes.Status503ServiceUnavailable, $"Tern has as many connections open as its open-file limit allows; try again later (cluster '{cluster}')");
         }
 
+        var midResponse = error is ForwarderError.ResponseBodyDestination or ForwarderError.UpgradeResponseDestination;
         var reason = socketError switch
         {
             SocketError.ConnectionRefused => "the upstream refused the connection",
@@ -129,10 +154,71 @@ internal static class ProxyErrorResponses
             SocketError.HostNotFound or SocketError.NoData or SocketError.TryAgain => "the upstream's host name does not resolve",
             SocketError.ConnectionReset or SocketError.ConnectionAborted => "the upstream closed the connection",
             _ when connectTimedOut => "the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout",
-            _ when error is ForwarderError.ResponseHeaders => "the upstream sent an invalid response",
-            _ => "the upstream could not be reached",
+            _ => HttpRequestErrorOf(exception) switch
+            {
+                HttpRequestError.NameResolutionError => "the upstream's host name does not resolve",
+                HttpRequestError.SecureConnectionError => "Tern could not set up TLS with the upstream",
+                HttpRequestError.VersionNegotiationError => "the upstream does not speak the HTTP version the cluster's HttpRequest:Version and VersionPolicy require",
+                HttpRequestError.HttpProtocolError => "HTTP/2 with the upstream failed",
+                HttpRequestError.InvalidResponse => "the upstream sent an invalid response",
+                HttpRequestError.ConfigurationLimitExceeded => "the upstream's response headers are larger than the 64 KB Tern accepts",
+                HttpRequestError.ResponseEnded when midResponse => "the upstream closed the connection before its response ended",
+                HttpRequestError.ResponseEnded => "the upstream closed the connection without answering",
+                _ when error is ForwarderError.ResponseHeaders => "the upstream sent an invalid response",
+                _ when midResponse => "the upstream's response failed part-way",
+                _ => "the upstream could not be reached",
+            },
         };
         return (StatusCodes.Status502BadGateway, $"{reason} (cluster '{cluster}')");
+    }
+
+    /// <summary>.NET's category for a failed upstream call, from the first exception in the chain that carries one.</summary>
+    private static HttpRequestError HttpRequestErrorOf(Exception? exception)
+    {
+        for (var e = exception; e is not null; e = e.InnerException)
+        {
+            var category = e switch
+            {
+                HttpRequestException request => request.HttpRequestError,
+                HttpIOException io => io.HttpRequestError,
+                _ => HttpRequestError.Unknown,
+            };
+            if (category != HttpRequestError.Unknown)
+            {
+                return category;
+            }
+        }
+
+        return HttpRequestError.Unknown;
+    }
+
+    /// <summary>
+    /// For the log line: the innermost exception's message, which says what .NET saw ("The remote
+    /// certificate is invalid because of errors in the certificate chain: UntrustedRoot", "Received
+    /// an invalid status line: ..."). It may quote the upstream, so control characters are replaced
+    /// and it is cut at 300 characters; clients never see it.
+    /// </summary>
+    internal static string Detail(Exception? exception)
+    {
+        if (exception is null)
+        {
+            return "-";
+        }
+
+        var innermost = exception;
+        while (innermost.InnerException is not null)
+        {
+            innermost = innermost.InnerException;
+        }
+
+        var message = innermost.Message.Length > 300 ? innermost.Message[..300] + "..." : innermost.Message;
+        return string.Create(message.Length, message, (span, text) =>
+        {
+            for (var i = 0; i < text.Length; i++)
+            {
+                span[i] = char.IsControl(text[i]) ? '?' : text[i];
+            }
+        });
     }
 
     /// <summary>

@@ -1,0 +1,174 @@
+using System.Net;
+using System.Net.Security;
+using System.Net.Sockets;
+using System.Security.Cryptography.X509Certificates;
+using System.Text;
+using System.Text.Json.Nodes;
+using Tern.Tests.Infrastructure;
+
+namespace Tern.Tests.Forwarding;
+
+/// <summary>
+/// Upstreams that fail after Tern reached them: each gets a reason that says what the upstream
+/// did (the client's plain-text answer and Tern's one log line, which adds what .NET saw), never
+/// "could not be reached", and a response the upstream cut short is logged as cut, with the status
+/// the client got, never as a client that left. The upstream is a raw socket that misbehaves as
+/// its request's path says. Classification does not depend on the TLS engine: default engine only.
+/// </summary>
+public sealed class UpstreamFailureTests : IAsyncLifetime
+{
+    private readonly MisbehavingUpstream _plain = new(tls: false);
+    private readonly MisbehavingUpstream _tls = new(tls: true);
+    private TernInstance _tern = null!;
+
+    public async Task InitializeAsync()
+    {
+        var config = new TernConfig(Proxy.Tls.TlsEngines.OpenSsl)
+            .Route("all", "app", "{**catch-all}")
+            .Cluster("app", [_plain.Address], new JsonObject { ["HttpRequest"] = new JsonObject { ["ActivityTimeout"] = "00:00:01" } })
+            .Route("tls", "tls", "/tls/{**rest}")
+            .Cluster("tls", [_tls.Address])
+            .Route("h2", "h2", "/h2/{**rest}")
+            .Cluster("h2", [_plain.Address], new JsonObject { ["HttpRequest"] = new JsonObject { ["Version"] = "2", ["VersionPolicy"] = "RequestVersionExact" } });
+        _tern = await TernInstance.StartAsync(config);
+    }
+
+    public async Task DisposeAsync()
+    {
+        await _tern.DisposeAsync();
+        _plain.Dispose();
+        _tls.Dispose();
+    }
+
+    [Theory]
+    [InlineData("/close", "the upstream closed the connection without answering", "The response ended prematurely")]
+    [InlineData("/garbage", "the upstream sent an invalid response", "invalid status line")]
+    [InlineData("/bad-header-name", "the upstream sent an invalid response", "invalid header name")]
+    [InlineData("/two-lengths", "the upstream sent an invalid response", "Content-Length")]
+    [InlineData("/huge-headers", "the upstream's response headers are larger than the 64 KB Tern accepts", "65536 bytes")]
+    [InlineData("/tls/x", "Tern could not set up TLS with the upstream", "remote certificate")] // signed by the tests' own CA
+    [InlineData("/h2/x", "HTTP/2 with the upstream failed", "HTTP/2")] // an HTTP/1.1 server behind a cluster that requires HTTP/2
+    public async Task UpstreamFailsBeforeAnswering_502SaysWhatItDid(string path, string reason, string detail)
+    {
+        using var client = _tern.CreateClient();
+        using var response = await client.GetAsync(path);
+        var body = await response.Content.ReadAsStringAsync();
+
+        var cluster = path.Split('/')[1] is "tls" or "h2" ? path.Split('/')[1] : "app";
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        Assert.Equal($"502 Bad Gateway: {reason} (cluster '{cluster}')\n", body);
+        var line = await _tern.Logs.WaitForAsync($"GET {path} returned 502: {reason} (cluster '{cluster}') (route ");
+        Assert.Contains(detail, line, StringComparison.Ordinal);
+    }
+
+    [Theory]
+    [InlineData("/short", "the upstream closed the connection before its response ended (cluster 'app')")]
+    [InlineData("/stall", "the upstream of cluster 'app' sent nothing more of its response within HttpRequest:ActivityTimeout")]
+    public async Task UpstreamCutsItsResponse_LoggedAsCutWithTheClientsStatus_NotAs499(string path, string reason)
+    {
+        using var client = _tern.CreateClient();
+        using var response = await client.GetAsync(path, HttpCompletionOption.ResponseHeadersRead);
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        await Assert.ThrowsAnyAsync<Exception>(() => response.Content.ReadAsByteArrayAsync()); // never taken for whole
+
+        await _tern.Logs.WaitForAsync($"GET {path} was cut short after its 200 response began: {reason} (route all, cluster app, destination d1): ");
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains($"GET {path} returned", StringComparison.Ordinal));
+    }
+
+    /// <summary>Reads one request head, then does what its path asks.</summary>
+    private sealed class MisbehavingUpstream : IDisposable
+    {
+        private readonly TcpListener _listener = new(IPAddress.Loopback, 0);
+        private readonly CancellationTokenSource _stop = new();
+        private readonly X509Certificate2? _certificate;
+
+        public MisbehavingUpstream(bool tls)
+        {
+            if (tls)
+            {
+                var pair = TestPki.Localhost;
+                _certificate = X509Certificate2.CreateFromPemFile(pair.CertificatePath, pair.KeyPath);
+            }
+
+            _listener.Start();
+            _ = AcceptAsync();
+        }
+
+        public string Address => $"{(_certificate is null ? "http" : "https")}://127.0.0.1:{((IPEndPoint)_listener.LocalEndpoint).Port}/";
+
+        public void Dispose()
+        {
+            _stop.Cancel();
+            _listener.Stop();
+        }
+
+        private async Task AcceptAsync()
+        {
+            while (true)
+            {
+                TcpClient client;
+                try
+                {
+                    client = await _listener.AcceptTcpClientAsync(_stop.Token);
+                }
+                catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException)
+                {
+                    return;
+                }
+
+                _ = ServeAsync(client);
+            }
+        }
+
+        private async Task ServeAsync(TcpClient client)
+        {
+            using var _ = client;
+            try
+            {
+                Stream stream = client.GetStream();
+                if (_certificate is not null)
+                {
+                    var ssl = new SslStream(stream);
+                    await ssl.AuthenticateAsServerAsync(new SslServerAuthenticationOptions { ServerCertificate = _certificate }, _stop.Token);
+                    stream = ssl;
+                }
+
+                var head = new StringBuilder();
+                var buffer = new byte[16 * 1024];
+                while (!head.ToString().Contains("\r\n\r\n", StringComparison.Ordinal))
+                {
+                    var read = await stream.ReadAsync(buffer, _stop.Token);
+                    if (read == 0)
+                    {
+                        return;
+                    }
+
+                    head.Append(Encoding.Latin1.GetString(buffer, 0, read));
+                }
+
+                var path = head.ToString().Split(' ')[1];
+                var answer = path switch
+                {
+                    "/close" => "",
+                    "/garbage" => "hello there\r\n\r\n",
+                    "/bad-header-name" => "HTTP/1.1 200 OK\r\nX A: b\r\nContent-Length: 2\r\n\r\nok",
+                    "/two-lengths" => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 8\r\n\r\nok",
+                    "/huge-headers" => "HTTP/1.1 200 OK\r\n" + string.Concat(Enumerable.Range(0, 70).Select(i => $"X-H{i}: {new string('v', 1000)}\r\n")) + "Content-Length: 2\r\n\r\nok",
+                    "/short" or "/stall" => "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
+                    "*" => "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", // HTTP/2's preface, to an HTTP/1.1 server
+                    _ => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                };
+                await stream.WriteAsync(Encoding.Latin1.GetBytes(answer), _stop.Token);
+                await stream.FlushAsync(_stop.Token);
+                if (path == "/stall")
+                {
+                    await Task.Delay(TimeSpan.FromSeconds(10), _stop.Token); // past the cluster's 1 s ActivityTimeout
+                }
+            }
+            catch (Exception e) when (e is IOException or OperationCanceledException or System.Security.Authentication.AuthenticationException)
+            {
+                // Tern gave up on the connection (as it should on a certificate it does not trust).
+            }
+        }
+    }
+}
