@@ -9,6 +9,7 @@ using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.DependencyInjection.Extensions;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
 using Tern.Proxy.Configuration;
 using Tern.Proxy.Demo;
 using Tern.Proxy.Forwarding;
@@ -105,6 +106,11 @@ public static class TernHost
         builder.Logging.AddConfiguration(builder.Configuration.GetSection("Logging"));
         builder.Logging.AddConsole();
         options.Logging?.Invoke(builder.Logging);
+        // Kestrel's Critical line for an HTTP/2 stream-reset flood, once per 10 s at Warning
+        // (Http2FloodLog says why); every other line goes through as it is.
+        builder.Services.Replace(ServiceDescriptor.Singleton<ILoggerFactory>(services => new Http2FloodLog(new LoggerFactory(
+            services.GetServices<ILoggerProvider>(), services.GetRequiredService<IOptionsMonitor<LoggerFilterOptions>>(),
+            services.GetService<IOptions<LoggerFactoryOptions>>(), services.GetService<IExternalScopeProvider>()))));
         builder.Services.AddRouting();
         builder.Services.AddMetrics();
         builder.WebHost.UseKestrelCore();

@@ -1,4 +1,3 @@
-using System.Buffers.Binary;
 using System.Collections.Concurrent;
 using System.Net;
 using System.Net.Sockets;
@@ -212,59 +211,37 @@ public sealed class SmugglingTests : IAsyncLifetime
     }
 
     /// <summary>
-    /// One request on stream 1 with hand-made frames (HPACK literals, never indexed or Huffman-coded,
-    /// so any byte goes through as it is): "refused" for a RST_STREAM or GOAWAY, the :status of
-    /// the response's HEADERS otherwise, "closed" if the connection ends first.
+    /// One request on stream 1 (<see cref="Http2Frames"/>): "refused" for a RST_STREAM or GOAWAY, the
+    /// :status of the response's HEADERS otherwise, "closed" if the connection ends first.
     /// </summary>
     private static async Task<string> Http2Exchange(Stream stream, List<(string Name, string Value)> headers, byte[]? body)
     {
-        var block = new MemoryStream();
-        foreach (var (name, value) in headers)
-        {
-            block.WriteByte(0); // literal header field without indexing, new name
-            WriteString(block, name);
-            WriteString(block, value);
-        }
-
         var output = new MemoryStream();
-        output.Write("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"u8);
-        WriteFrame(output, 4, 0, 0, []); // SETTINGS: the defaults
-        WriteFrame(output, 1, (byte)(0x4 | (body is null ? 0x1 : 0)), 1, block.ToArray()); // HEADERS, END_HEADERS (and END_STREAM)
+        Http2Frames.WritePreface(output);
+        Http2Frames.WriteFrame(output, Http2Frames.Headers, (byte)(Http2Frames.EndHeaders | (body is null ? Http2Frames.EndStream : 0)), 1, Http2Frames.HeaderBlock(headers));
         if (body is not null)
         {
-            WriteFrame(output, 0, 0x1, 1, body); // DATA, END_STREAM
+            Http2Frames.WriteFrame(output, Http2Frames.Data, Http2Frames.EndStream, 1, body);
         }
 
         await stream.WriteAsync(output.ToArray());
 
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
-        var head = new byte[9];
-        while (true)
+        while (await Http2Frames.ReadFrameAsync(stream, timeout.Token) is { } frame)
         {
-            try
-            {
-                await stream.ReadExactlyAsync(head, timeout.Token);
-            }
-            catch (EndOfStreamException)
-            {
-                return "closed";
-            }
-
-            var length = (head[0] << 16) | (head[1] << 8) | head[2];
-            var payload = new byte[length];
-            await stream.ReadExactlyAsync(payload, timeout.Token);
-            var type = head[3];
-            var streamId = BinaryPrimitives.ReadInt32BigEndian(head.AsSpan(5)) & 0x7fffffff;
-            if (type == 7 || (type == 3 && streamId == 1))
+            var (type, streamId, payload) = frame;
+            if (type == Http2Frames.GoAway || (type == Http2Frames.RstStream && streamId == 1))
             {
                 return "refused";
             }
 
-            if (type == 1 && streamId == 1)
+            if (type == Http2Frames.Headers && streamId == 1)
             {
                 return Status(payload);
             }
         }
+
+        return "closed";
     }
 
     /// <summary>The :status Kestrel encodes first in a response's header block: an indexed static entry (200 is 0x88), or a literal of the :status name with a plain value.</summary>
@@ -274,43 +251,6 @@ public sealed class SmugglingTests : IAsyncLifetime
         0x08 or 0x48 when block[1] < 0x80 => Encoding.ASCII.GetString(block, 2, block[1]),
         _ => $"unknown ({block[0]:x2})",
     };
-
-    private static void WriteString(Stream block, string text)
-    {
-        var bytes = Encoding.Latin1.GetBytes(text);
-        WriteInteger(block, bytes.Length); // 7-bit prefix, H = 0
-        block.Write(bytes);
-    }
-
-    private static void WriteInteger(Stream block, int value)
-    {
-        if (value < 127)
-        {
-            block.WriteByte((byte)value);
-            return;
-        }
-
-        block.WriteByte(127);
-        for (value -= 127; value >= 128; value >>= 7)
-        {
-            block.WriteByte((byte)((value & 0x7f) | 0x80));
-        }
-
-        block.WriteByte((byte)value);
-    }
-
-    private static void WriteFrame(Stream output, byte type, byte flags, int streamId, byte[] payload)
-    {
-        Span<byte> head = stackalloc byte[9];
-        head[0] = (byte)(payload.Length >> 16);
-        head[1] = (byte)(payload.Length >> 8);
-        head[2] = (byte)payload.Length;
-        head[3] = type;
-        head[4] = flags;
-        BinaryPrimitives.WriteInt32BigEndian(head[5..], streamId);
-        output.Write(head);
-        output.Write(payload);
-    }
 
     private sealed record Request(string Method, string Target, List<(string Name, string Value)> Headers, string Body, List<(string Name, string Value)> Trailers);
 

@@ -1,0 +1,85 @@
+namespace Tern.Proxy.Listeners;
+
+/// <summary>
+/// Kestrel's line for an HTTP/2 client that resets streams faster than Kestrel can clear them
+/// (event 60, "exceeded the output operations maximum queue size"), at most once per
+/// <see cref="Every"/> and at Warning, with how many were left out.
+/// </summary>
+/// <remarks>
+/// Kestrel closes such a connection, as it should, but logs the event at Critical, and again for
+/// every stream the client had queued: 1,000 streams opened and reset on one connection made
+/// about 100 Critical lines, so any client could fill the log and page whoever alerts on
+/// Critical (dotnet/aspnetcore#53377 reports it from a YARP edge). It costs Tern little CPU (20 such
+/// connections: 0.17 CPU seconds, none of it forwarded), so the line is the harm. Kestrel's
+/// <c>kestrel.connection.duration</c> counts each such connection under
+/// <c>error.type=output_queue_size_exceeded</c>. Only this event of this category is touched:
+/// Kestrel's other HTTP/2 lines pass as they are.
+/// </remarks>
+internal sealed class Http2FloodLog(ILoggerFactory inner) : ILoggerFactory
+{
+    public const string Category = "Microsoft.AspNetCore.Server.Kestrel.Http2";
+
+    /// <summary>Kestrel's Http2QueueOperationsExceeded.</summary>
+    public const int EventId = 60;
+
+    public static readonly TimeSpan Every = TimeSpan.FromSeconds(10);
+
+    private readonly Lock _lock = new();
+    private long _nextAt;
+    private int _leftOut;
+
+    public ILogger CreateLogger(string categoryName)
+    {
+        var logger = inner.CreateLogger(categoryName);
+        return categoryName == Category ? new Logger(logger, this) : logger;
+    }
+
+    public void AddProvider(ILoggerProvider provider) => inner.AddProvider(provider);
+
+    public void Dispose() => inner.Dispose();
+
+    /// <summary>Whether to write this one; if so, how many were left out since the last.</summary>
+    private bool Take(out int leftOut)
+    {
+        var now = Environment.TickCount64;
+        lock (_lock)
+        {
+            if (now < _nextAt)
+            {
+                _leftOut++;
+                leftOut = 0;
+                return false;
+            }
+
+            _nextAt = now + (long)Every.TotalMilliseconds;
+            leftOut = _leftOut;
+            _leftOut = 0;
+            return true;
+        }
+    }
+
+    private sealed class Logger(ILogger inner, Http2FloodLog owner) : ILogger
+    {
+        public IDisposable? BeginScope<TState>(TState state)
+            where TState : notnull => inner.BeginScope(state);
+
+        // Event 60 comes at Critical and leaves at Warning: enabled if either is.
+        public bool IsEnabled(LogLevel logLevel) => inner.IsEnabled(logLevel) || (logLevel == LogLevel.Critical && inner.IsEnabled(LogLevel.Warning));
+
+        public void Log<TState>(LogLevel logLevel, EventId eventId, TState state, Exception? exception, Func<TState, Exception?, string> formatter)
+        {
+            if (eventId.Id != EventId)
+            {
+                inner.Log(logLevel, eventId, state, exception, formatter);
+                return;
+            }
+
+            if (owner.Take(out var leftOut) && inner.IsEnabled(LogLevel.Warning))
+            {
+                // The exception only repeats the message; it was never thrown, so it has no stack.
+                var suffix = $" Kestrel closed it: the client reset HTTP/2 streams faster than they could be cleared (a flood). At most one such line every {Every.TotalSeconds:0} s{(leftOut > 0 ? $"; {leftOut} left out since the last" : "")}.";
+                inner.Log(LogLevel.Warning, eventId, state, null, (s, _) => formatter(s, null) + suffix);
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+using System.Net;
+using Tern.Proxy.Listeners;
+using Tern.Tests.Infrastructure;
+
+namespace Tern.Tests.Listeners;
+
+/// <summary>
+/// An HTTP/2 client that opens and resets streams faster than Kestrel can clear them: Kestrel
+/// closes its connection, and Tern logs it once per 10 s at Warning instead of Kestrel's ~100
+/// Critical lines per connection (<see cref="Http2FloodLog"/>).
+/// </summary>
+public sealed class Http2FloodTests
+{
+    [Fact]
+    public async Task StreamResetFlood_ConnectionClosed_OneWarningLine_NoCritical()
+    {
+        await using var upstream = await TestUpstream.StartAsync();
+        await using var tern = await TernInstance.StartAsync(TernConfig.To(Proxy.Tls.TlsEngines.OpenSsl, upstream));
+        const string Line = "exceeded the output operations maximum queue size";
+
+        // Each connection: 2,000 streams opened and reset in one write. Kestrel's writer usually
+        // falls behind on the first; a few more make sure of it on a busy machine.
+        for (var connection = 0; connection < 10 && !tern.Logs.Lines.Any(l => l.Contains(Line, StringComparison.Ordinal)); connection++)
+        {
+            await FloodAsync(tern.Config.HttpsPort);
+        }
+
+        await tern.Logs.WaitForAsync(Line);
+        await FloodAsync(tern.Config.HttpsPort); // within 10 s of the first: left out
+        await Task.Delay(500);
+
+        Assert.Equal(Proxy.Tls.TlsEngines.OpenSsl, tern.Config.Engine);
+        var line = Assert.Single(tern.Logs.Lines, l => l.Contains(Line, StringComparison.Ordinal));
+        Assert.StartsWith("Warning: Microsoft.AspNetCore.Server.Kestrel.Http2: ", line, StringComparison.Ordinal);
+        Assert.Contains("the client reset HTTP/2 streams faster than they could be cleared", line, StringComparison.Ordinal);
+        Assert.DoesNotContain(tern.Logs.Lines, l => l.StartsWith("Critical", StringComparison.Ordinal));
+
+        // Nothing else suffered: a new HTTP/2 connection is served.
+        using var client = tern.CreateClient(version: HttpVersion.Version20);
+        Assert.Equal(HttpStatusCode.OK, (await client.GetAsync("/name")).StatusCode);
+    }
+
+    [Fact]
+    public void OtherKestrelHttp2Lines_PassAsTheyAre_Event60_OncePerWindowWithTheCountLeftOut()
+    {
+        var capture = new LogCapture();
+        using var factory = new Http2FloodLog(LoggerFactory.Create(b => b.AddProvider(capture).SetMinimumLevel(LogLevel.Debug)));
+        var logger = factory.CreateLogger(Http2FloodLog.Category);
+
+        logger.Log(LogLevel.Critical, new EventId(61, "Http2UnexpectedDataRemaining"), "unexpected state", null, (s, _) => s);
+        var exception = new InvalidOperationException("never thrown");
+        logger.Log(LogLevel.Critical, new EventId(60), "flood one", exception, (s, e) => s + (e is null ? "" : " with exception"));
+        logger.Log(LogLevel.Critical, new EventId(60), "flood two", null, (s, _) => s);
+        var kestrel = factory.CreateLogger("Microsoft.AspNetCore.Server.Kestrel");
+        kestrel.Log(LogLevel.Critical, new EventId(60), "another category", null, (s, _) => s);
+
+        Assert.Equal(
+            [
+                "Critical: Microsoft.AspNetCore.Server.Kestrel.Http2: unexpected state",
+                "Warning: Microsoft.AspNetCore.Server.Kestrel.Http2: flood one Kestrel closed it: the client reset HTTP/2 streams faster than they could be cleared (a flood). At most one such line every 10 s.",
+                "Critical: Microsoft.AspNetCore.Server.Kestrel: another category",
+            ],
+            capture.Lines);
+    }
+
+    private static async Task FloodAsync(int port)
+    {
+        await using var client = await RawHttp.ConnectAsync(port, http2: true);
+        var block = Http2Frames.HeaderBlock([(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", "/anything")]);
+        var output = new MemoryStream();
+        Http2Frames.WritePreface(output);
+        for (var stream = 1; stream < 4000; stream += 2)
+        {
+            Http2Frames.WriteFrame(output, Http2Frames.Headers, Http2Frames.EndHeaders | Http2Frames.EndStream, stream, block);
+            Http2Frames.WriteFrame(output, Http2Frames.RstStream, 0, stream, [0, 0, 0, 8]); // CANCEL
+        }
+
+        try
+        {
+            await client.WriteAsync(output.ToArray());
+            using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(5));
+            while (await Http2Frames.ReadFrameAsync(client.Stream, timeout.Token) is not null)
+            {
+            }
+        }
+        catch (Exception e) when (e is IOException or OperationCanceledException)
+        {
+            // Kestrel closed the connection, which is the point.
+        }
+    }
+}
