@@ -1,6 +1,7 @@
 using System.Net.Sockets;
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.Logging;
+using Yarp.ReverseProxy.Configuration;
 using Yarp.ReverseProxy.Forwarder;
 
 namespace Tern.Proxy.Forwarding;
@@ -37,12 +38,12 @@ internal static class ProxyErrorResponses
         // The upstream failed after the response began: it closed, reset or went silent mid-body.
         // YARP then aborts the client's request itself, so that the client cannot take the part for
         // the whole, which makes the client look gone: the failure is the upstream's.
-        var cluster = proxy.Cluster.Config.ClusterId;
+        var cluster = proxy.Cluster.Config;
         var destination = proxy.ProxiedDestination?.DestinationId ?? "-";
         if (context.Response.HasStarted && error.Error is ForwarderError.ResponseBodyDestination or ForwarderError.UpgradeResponseDestination or ForwarderError.UpgradeRequestDestination)
         {
             var (_, cut) = Describe(error.Error, error.Exception, cluster);
-            TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, cut, route, cluster, destination, Detail(error.Exception));
+            TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, cut, route, cluster.ClusterId, destination, Detail(error.Exception));
             return;
         }
 
@@ -89,11 +90,11 @@ internal static class ProxyErrorResponses
         if (context.Response.HasStarted)
         {
             // Part of the upstream's response is already on the wire; YARP aborted the request.
-            TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, reason, route, cluster, destination, Detail(error.Exception));
+            TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, reason, route, cluster.ClusterId, destination, Detail(error.Exception));
             return;
         }
 
-        TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, status, reason, route, cluster, destination, Detail(error.Exception));
+        TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, status, reason, route, cluster.ClusterId, destination, Detail(error.Exception));
         await RespondAsync(context, status, reason);
     }
 
@@ -118,8 +119,9 @@ internal static class ProxyErrorResponses
     /// when no connection was made. They name the cluster, never an internal address; the log line
     /// adds <see cref="Detail"/>.
     /// </summary>
-    internal static (int Status, string Reason) Describe(ForwarderError error, Exception? exception, string cluster)
+    internal static (int Status, string Reason) Describe(ForwarderError error, Exception? exception, ClusterConfig config)
     {
+        var cluster = config.ClusterId;
         if (error == ForwarderError.NoAvailableDestinations)
         {
             return (StatusCodes.Status503ServiceUnavailable, $"cluster '{cluster}' has no available destination");
@@ -147,6 +149,10 @@ internal static class ProxyErrorResponses
         }
 
         var midResponse = error is ForwarderError.ResponseBodyDestination or ForwarderError.UpgradeResponseDestination;
+        // A cluster that allows no HTTP/1.1 (HttpRequest:Version 2 or 3 with VersionPolicy
+        // RequestVersionExact or RequestVersionOrHigher): .NET sometimes loses why a new HTTP/2
+        // connection failed ("the server did not complete the HTTP/2 handshake", no category).
+        var newerVersionOnly = config.HttpRequest is { Version.Major: >= 2, VersionPolicy: HttpVersionPolicy.RequestVersionExact or HttpVersionPolicy.RequestVersionOrHigher };
         var reason = socketError switch
         {
             SocketError.ConnectionRefused => "the upstream refused the connection",
@@ -165,6 +171,7 @@ internal static class ProxyErrorResponses
                 HttpRequestError.ResponseEnded when midResponse => "the upstream closed the connection before its response ended",
                 HttpRequestError.ResponseEnded => "the upstream closed the connection without answering",
                 _ when error is ForwarderError.ResponseHeaders => "the upstream sent an invalid response",
+                _ when newerVersionOnly && error is ForwarderError.Request => "HTTP/2 with the upstream failed",
                 _ when midResponse => "the upstream's response failed part-way",
                 _ => "the upstream could not be reached",
             },

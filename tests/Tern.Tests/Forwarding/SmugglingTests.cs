@@ -262,16 +262,11 @@ public sealed class SmugglingTests : IAsyncLifetime
     /// </summary>
     private sealed class RecordingUpstream : IDisposable
     {
-        private readonly TcpListener _listener = new(IPAddress.Loopback, 0);
-        private readonly CancellationTokenSource _stop = new();
+        private readonly RawUpstream _raw;
 
-        public RecordingUpstream()
-        {
-            _listener.Start();
-            _ = AcceptAsync();
-        }
+        public RecordingUpstream() => _raw = new RawUpstream(ServeAsync);
 
-        public string Address => $"http://127.0.0.1:{((IPEndPoint)_listener.LocalEndpoint).Port}/";
+        public string Address => _raw.Address;
 
         public ConcurrentQueue<Request> Requests { get; private set; } = new();
 
@@ -283,42 +278,20 @@ public sealed class SmugglingTests : IAsyncLifetime
             Violations = new();
         }
 
-        public void Dispose()
-        {
-            _stop.Cancel();
-            _listener.Stop();
-        }
+        public void Dispose() => _raw.Dispose();
 
-        private async Task AcceptAsync()
-        {
-            while (!_stop.IsCancellationRequested)
-            {
-                TcpClient client;
-                try
-                {
-                    client = await _listener.AcceptTcpClientAsync(_stop.Token);
-                }
-                catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException)
-                {
-                    return;
-                }
-
-                _ = ServeAsync(client);
-            }
-        }
-
-        private async Task ServeAsync(TcpClient client)
+        private async Task ServeAsync(TcpClient client, CancellationToken stop)
         {
             using var _ = client;
             var stream = client.GetStream();
             var reader = new Reader(stream);
             try
             {
-                while (await reader.ReadRequestAsync(_stop.Token) is { } request)
+                while (await reader.ReadRequestAsync(stop) is { } request)
                 {
                     Requests.Enqueue(request);
                     var answer = Encoding.ASCII.GetBytes("ok " + request.Target);
-                    await stream.WriteAsync(Encoding.ASCII.GetBytes($"HTTP/1.1 200 OK\r\nContent-Length: {answer.Length}\r\n\r\n").Concat(answer).ToArray(), _stop.Token);
+                    await stream.WriteAsync(Encoding.ASCII.GetBytes($"HTTP/1.1 200 OK\r\nContent-Length: {answer.Length}\r\n\r\n").Concat(answer).ToArray(), stop);
                 }
             }
             catch (InvalidDataException e)

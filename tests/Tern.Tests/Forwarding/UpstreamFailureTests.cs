@@ -78,8 +78,7 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
     /// <summary>Reads one request head, then does what its path asks.</summary>
     private sealed class MisbehavingUpstream : IDisposable
     {
-        private readonly TcpListener _listener = new(IPAddress.Loopback, 0);
-        private readonly CancellationTokenSource _stop = new();
+        private readonly RawUpstream _raw;
         private readonly X509Certificate2? _certificate;
 
         public MisbehavingUpstream(bool tls)
@@ -90,37 +89,14 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
                 _certificate = X509Certificate2.CreateFromPemFile(pair.CertificatePath, pair.KeyPath);
             }
 
-            _listener.Start();
-            _ = AcceptAsync();
+            _raw = new RawUpstream(ServeAsync, tls ? "https" : "http");
         }
 
-        public string Address => $"{(_certificate is null ? "http" : "https")}://127.0.0.1:{((IPEndPoint)_listener.LocalEndpoint).Port}/";
+        public string Address => _raw.Address;
 
-        public void Dispose()
-        {
-            _stop.Cancel();
-            _listener.Stop();
-        }
+        public void Dispose() => _raw.Dispose();
 
-        private async Task AcceptAsync()
-        {
-            while (true)
-            {
-                TcpClient client;
-                try
-                {
-                    client = await _listener.AcceptTcpClientAsync(_stop.Token);
-                }
-                catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException)
-                {
-                    return;
-                }
-
-                _ = ServeAsync(client);
-            }
-        }
-
-        private async Task ServeAsync(TcpClient client)
+        private async Task ServeAsync(TcpClient client, CancellationToken stop)
         {
             using var _ = client;
             try
@@ -129,7 +105,7 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
                 if (_certificate is not null)
                 {
                     var ssl = new SslStream(stream);
-                    await ssl.AuthenticateAsServerAsync(new SslServerAuthenticationOptions { ServerCertificate = _certificate }, _stop.Token);
+                    await ssl.AuthenticateAsServerAsync(new SslServerAuthenticationOptions { ServerCertificate = _certificate }, stop);
                     stream = ssl;
                 }
 
@@ -137,7 +113,7 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
                 var buffer = new byte[16 * 1024];
                 while (!head.ToString().Contains("\r\n\r\n", StringComparison.Ordinal))
                 {
-                    var read = await stream.ReadAsync(buffer, _stop.Token);
+                    var read = await stream.ReadAsync(buffer, stop);
                     if (read == 0)
                     {
                         return;
@@ -158,11 +134,23 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
                     "*" => "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", // HTTP/2's preface, to an HTTP/1.1 server
                     _ => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
                 };
-                await stream.WriteAsync(Encoding.Latin1.GetBytes(answer), _stop.Token);
-                await stream.FlushAsync(_stop.Token);
+                await stream.WriteAsync(Encoding.Latin1.GetBytes(answer), stop);
+                await stream.FlushAsync(stop);
+                if (path == "*")
+                {
+                    // Closed only once Tern has: closing with its SETTINGS unread would reset the
+                    // connection, and Tern would see a reset instead of the answer.
+                    client.Client.Shutdown(SocketShutdown.Send);
+                    using var drain = CancellationTokenSource.CreateLinkedTokenSource(stop);
+                    drain.CancelAfter(TimeSpan.FromSeconds(5));
+                    while (await stream.ReadAsync(buffer, drain.Token) > 0)
+                    {
+                    }
+                }
+
                 if (path == "/stall")
                 {
-                    await Task.Delay(TimeSpan.FromSeconds(10), _stop.Token); // past the cluster's 1 s ActivityTimeout
+                    await Task.Delay(TimeSpan.FromSeconds(10), stop); // past the cluster's 1 s ActivityTimeout
                 }
             }
             catch (Exception e) when (e is IOException or OperationCanceledException or System.Security.Authentication.AuthenticationException)
