@@ -24,18 +24,21 @@ public sealed class SmugglingTests : IAsyncLifetime
     private const string Smuggled = "GET /smuggled HTTP/1.1\r\nHost: localhost\r\n\r\n";
 
     private readonly RecordingUpstream _upstream = new();
+    private readonly RawUpstream _responder = new(AnswerAsync);
     private TernInstance _tern = null!;
 
     public async Task InitializeAsync()
     {
         _tern = await TernInstance.StartAsync(new TernConfig(Proxy.Tls.TlsEngines.OpenSsl)
-            .Route("all", "app", "{**catch-all}").Cluster("app", [_upstream.Address]));
+            .Route("all", "app", "{**catch-all}").Cluster("app", [_upstream.Address])
+            .Route("responses", "responses", "/r/{**rest}").Cluster("responses", [_responder.Address]));
     }
 
     public async Task DisposeAsync()
     {
         await _tern.DisposeAsync();
         _upstream.Dispose();
+        _responder.Dispose();
     }
 
     /// <summary>
@@ -152,6 +155,100 @@ public sealed class SmugglingTests : IAsyncLifetime
         var only = Assert.Single(requests);
         Assert.Equal(outcome, "200 " + only.Target + " " + only.Body);
         Assert.Equal("localhost", Assert.Single(only.Headers, h => h.Name.Equals("Host", StringComparison.OrdinalIgnoreCase)).Value);
+    }
+
+    /// <summary>
+    /// An upstream that sends more than its response says it holds (a second response hidden after
+    /// the first, or framing both ways) must not have the rest read as the answer to a later request
+    /// on the same pooled connection (response queue poisoning).
+    /// </summary>
+    [Theory]
+    [InlineData("/r/extra", "ok")] // Content-Length: 2, then a whole second response in the same write
+    [InlineData("/r/both", "ok")] // Content-Length and chunked: read as chunked, the rest after it
+    public async Task Response_BytesBeyondItsEnd_NeverAnswerTheNextRequest(string path, string body)
+    {
+        using var client = _tern.CreateClient();
+        Assert.Equal(body, await client.GetStringAsync(path));
+        for (var i = 0; i < 3; i++)
+        {
+            Assert.Equal("next", await client.GetStringAsync("/r/next"));
+        }
+    }
+
+    /// <summary>A CR, NUL or folded line in an upstream's header never splits it into a header line of the client's response.</summary>
+    [Theory]
+    [InlineData("/r/cr")]
+    [InlineData("/r/nul")]
+    [InlineData("/r/fold")]
+    [InlineData("/r/lf")]
+    public async Task Response_HeaderWithALineBreakInside_ReachesTheClientAsOneLine(string path)
+    {
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort);
+        await client.WriteAsync($"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        var response = await client.ReadUntilAsync("\0");
+        var head = response[..response.IndexOf("\r\n\r\n", StringComparison.Ordinal)];
+
+        Assert.StartsWith("HTTP/1.1 200 ", head, StringComparison.Ordinal);
+        Assert.DoesNotContain('\0', head);
+        Assert.Equal(head.Split("\r\n").Length - 1, head.Count(c => c == '\r')); // every CR ends a line
+        Assert.Equal(head.Split("\r\n").Length - 1, head.Count(c => c == '\n')); // and so does every LF
+        var lines = head.Split("\r\n");
+        if (path == "/r/lf")
+        {
+            // A bare LF ends a line for .NET's parser (RFC 9112 lets a recipient read it so): the
+            // upstream's own header, which it could have sent anyway, not one made from a value.
+            Assert.Contains(lines, l => l.StartsWith("Set-Cookie: evil=1", StringComparison.OrdinalIgnoreCase));
+        }
+        else
+        {
+            Assert.DoesNotContain(lines, l => l.StartsWith("Set-Cookie", StringComparison.OrdinalIgnoreCase));
+            Assert.Contains(lines, l => l.StartsWith("X-A: b", StringComparison.Ordinal));
+        }
+    }
+
+    private static async Task AnswerAsync(TcpClient client, CancellationToken stop)
+    {
+        const string Poison = "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\npoison";
+        using var _ = client;
+        var stream = client.GetStream();
+        var received = new StringBuilder();
+        var buffer = new byte[16 * 1024];
+        try
+        {
+            while (true)
+            {
+                var end = received.ToString().IndexOf("\r\n\r\n", StringComparison.Ordinal);
+                if (end < 0)
+                {
+                    var read = await stream.ReadAsync(buffer, stop);
+                    if (read == 0)
+                    {
+                        return;
+                    }
+
+                    received.Append(Encoding.Latin1.GetString(buffer, 0, read));
+                    continue;
+                }
+
+                var path = received.ToString().Split(' ')[1];
+                received.Remove(0, end + 4);
+                var answer = path switch
+                {
+                    "/r/extra" => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + Poison,
+                    "/r/both" => "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n" + Poison,
+                    "/r/cr" => "HTTP/1.1 200 OK\r\nX-A: b\rSet-Cookie: evil=1\r\nContent-Length: 2\r\n\r\nok",
+                    "/r/nul" => "HTTP/1.1 200 OK\r\nX-A: b\0Set-Cookie: evil=1\r\nContent-Length: 2\r\n\r\nok",
+                    "/r/fold" => "HTTP/1.1 200 OK\r\nX-A: b\r\n Set-Cookie: evil=1\r\nContent-Length: 2\r\n\r\nok",
+                    "/r/lf" => "HTTP/1.1 200 OK\r\nX-A: b\nSet-Cookie: evil=1\r\nContent-Length: 2\r\n\r\nok",
+                    _ => "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
+                };
+                await stream.WriteAsync(Encoding.Latin1.GetBytes(answer), stop);
+            }
+        }
+        catch (Exception e) when (e is IOException or OperationCanceledException)
+        {
+            // Tern closed the connection (as it should after a response with bytes to spare).
+        }
     }
 
     /// <summary>The recording upstream itself, sent requests directly: it must flag what the tests above rely on it to flag.</summary>
