@@ -75,6 +75,9 @@ internal static partial class TernLog
     [LoggerMessage(301, LogLevel.Warning, "{Method} {Path} returned {Status}: {Reason} (route {Route}, cluster {Cluster}, destination {Destination}): {Detail}")]
     public static partial void UpstreamFailed(ILogger logger, string method, string path, int status, string reason, string route, string cluster, string destination, string detail);
 
+    [LoggerMessage(305, LogLevel.Information, "{Method} {Path}: the upgraded connection (a WebSocket, say) carried nothing for the cluster's HttpRequest:ActivityTimeout and was closed (route {Route}, cluster {Cluster}, destination {Destination})")]
+    public static partial void UpgradeIdleClosed(ILogger logger, string method, string path, string route, string cluster, string destination);
+
     [LoggerMessage(304, LogLevel.Warning, "{Method} {Path} was cut short after its {Status} response began: {Reason} (route {Route}, cluster {Cluster}, destination {Destination}): {Detail}")]
     public static partial void UpstreamCutResponse(ILogger logger, string method, string path, int status, string reason, string route, string cluster, string destination, string detail);
 

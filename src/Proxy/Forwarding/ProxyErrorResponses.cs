@@ -35,25 +35,37 @@ internal static class ProxyErrorResponses
             return;
         }
 
-        // The upstream failed after the response began: it closed, reset or went silent mid-body.
-        // YARP then aborts the client's request itself, so that the client cannot take the part for
-        // the whole, which makes the client look gone: the failure is the upstream's.
-        var cluster = proxy.Cluster.Config;
-        var destination = proxy.ProxiedDestination?.DestinationId ?? "-";
-        if (context.Response.HasStarted && error.Error is ForwarderError.ResponseBodyDestination or ForwarderError.UpgradeResponseDestination or ForwarderError.UpgradeRequestDestination)
+        // An upstream may answer before it has read the request body (an HTTP/2 upstream refusing
+        // an upload, say). YARP then copies the whole response and only after it reports the body's
+        // copy as failed, with the body's own exception; a request body that failed while the
+        // response did comes wrapped in an AggregateException with the response's, and the client is
+        // reset. So with the response begun and no AggregateException, the client got its whole
+        // answer: nothing failed that it or the upstream should hear about.
+        var clientGone = context.RequestAborted.IsCancellationRequested;
+        var answeredWhole = context.Response.HasStarted && error.Exception is not AggregateException;
+        if (answeredWhole && (error.Error is ForwarderError.RequestBodyDestination
+            || (!clientGone && error.Error is ForwarderError.RequestBodyClient or ForwarderError.RequestBodyCanceled)))
         {
-            var (_, cut) = Describe(error.Error, error.Exception, cluster);
-            TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, cut, route, cluster.ClusterId, destination, Detail(error.Exception));
             return;
         }
 
-        // An upstream may answer before it has read the request body (an HTTP/2 upstream refusing
-        // an upload, say). YARP then copies the whole response and only after it reports the body's
-        // copy as failed (a failed response copy is reported as such instead): the client got its
-        // answer and is still there. Nothing failed that it or the upstream should hear about.
-        var clientGone = context.RequestAborted.IsCancellationRequested;
-        if (!clientGone && context.Response.HasStarted && error.Error is ForwarderError.RequestBodyClient or ForwarderError.RequestBodyCanceled)
+        var cluster = proxy.Cluster.Config;
+        var destination = proxy.ProxiedDestination?.DestinationId ?? "-";
+        if (error.Error == ForwarderError.UpgradeActivityTimeout)
         {
+            // An upgraded connection (a WebSocket) that carried nothing either way for the
+            // cluster's activity timeout: YARP closed it, as configured. Not a failure.
+            TernLog.UpgradeIdleClosed(Logger(context), context.Request.Method, context.Request.Path, route, cluster.ClusterId, destination);
+            return;
+        }
+
+        // The upstream failed after the response began: it closed, reset or went silent mid-body.
+        // YARP then aborts the client's request itself, so that the client cannot take the part for
+        // the whole, which makes the client look gone: the failure is the upstream's.
+        if (context.Response.HasStarted && error.Error is ForwarderError.ResponseBodyDestination or ForwarderError.UpgradeResponseDestination or ForwarderError.UpgradeRequestDestination or ForwarderError.RequestBodyDestination)
+        {
+            var (_, cut) = Describe(error.Error, error.Exception, cluster);
+            TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, cut, route, cluster.ClusterId, destination, Detail(error.Exception));
             return;
         }
 
@@ -116,7 +128,7 @@ internal static class ProxyErrorResponses
     /// <summary>
     /// The status and the reason the client reads, for an error on the upstream's side. Reasons say
     /// what the upstream did, so that an operator knows where to look: "could not be reached" only
-    /// when no connection was made. They name the cluster, never an internal address; the log line
+    /// when no connection was made (a socket error). They name the cluster, never an internal address; the log line
     /// adds <see cref="Detail"/>.
     /// </summary>
     internal static (int Status, string Reason) Describe(ForwarderError error, Exception? exception, ClusterConfig config)
@@ -165,6 +177,7 @@ internal static class ProxyErrorResponses
                 HttpRequestError.NameResolutionError => "the upstream's host name does not resolve",
                 HttpRequestError.SecureConnectionError => "Tern could not set up TLS with the upstream",
                 HttpRequestError.VersionNegotiationError => "the upstream does not speak the HTTP version the cluster's HttpRequest:Version and VersionPolicy require",
+                HttpRequestError.HttpProtocolError when Find<HttpProtocolException>(exception) is { } protocol => $"HTTP/2 with the upstream failed ({Http2ErrorName(protocol.ErrorCode)})",
                 HttpRequestError.HttpProtocolError => "HTTP/2 with the upstream failed",
                 HttpRequestError.InvalidResponse => "the upstream sent an invalid response",
                 HttpRequestError.ConfigurationLimitExceeded => "the upstream's response headers are larger than the 64 KB Tern accepts",
@@ -173,11 +186,33 @@ internal static class ProxyErrorResponses
                 _ when error is ForwarderError.ResponseHeaders => "the upstream sent an invalid response",
                 _ when newerVersionOnly && error is ForwarderError.Request => "HTTP/2 with the upstream failed",
                 _ when midResponse => "the upstream's response failed part-way",
-                _ => "the upstream could not be reached",
+                // A connection that failed gives a socket error; without one, .NET said nothing more.
+                _ when socketError is not null => "the upstream could not be reached",
+                _ => "the request to the upstream failed",
             },
         };
         return (StatusCodes.Status502BadGateway, $"{reason} (cluster '{cluster}')");
     }
+
+    /// <summary>An HTTP/2 error code's name (RFC 9113, 7): what the upstream reset a stream with, or what .NET found wrong.</summary>
+    private static string Http2ErrorName(long code) => code switch
+    {
+        0x0 => "NO_ERROR",
+        0x1 => "PROTOCOL_ERROR",
+        0x2 => "INTERNAL_ERROR",
+        0x3 => "FLOW_CONTROL_ERROR",
+        0x4 => "SETTINGS_TIMEOUT",
+        0x5 => "STREAM_CLOSED",
+        0x6 => "FRAME_SIZE_ERROR",
+        0x7 => "REFUSED_STREAM",
+        0x8 => "CANCEL",
+        0x9 => "COMPRESSION_ERROR",
+        0xa => "CONNECT_ERROR",
+        0xb => "ENHANCE_YOUR_CALM",
+        0xc => "INADEQUATE_SECURITY",
+        0xd => "HTTP_1_1_REQUIRED",
+        _ => $"0x{code:x}",
+    };
 
     /// <summary>.NET's category for a failed upstream call, from the first exception in the chain that carries one.</summary>
     private static HttpRequestError HttpRequestErrorOf(Exception? exception)

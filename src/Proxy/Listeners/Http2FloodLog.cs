@@ -3,7 +3,8 @@ namespace Tern.Proxy.Listeners;
 /// <summary>
 /// Kestrel's line for an HTTP/2 client that resets streams faster than Kestrel can clear them
 /// (event 60, "exceeded the output operations maximum queue size"), at most once per
-/// <see cref="Every"/> and at Warning, with how many were left out.
+/// <see cref="Every"/> and at Warning, with how many were left out (counted until the next such
+/// line, which says so).
 /// </summary>
 /// <remarks>
 /// Kestrel closes such a connection, as it should, but logs the event at Critical, and again for
@@ -15,7 +16,7 @@ namespace Tern.Proxy.Listeners;
 /// <c>error.type=output_queue_size_exceeded</c>. Only this event of this category is touched:
 /// Kestrel's other HTTP/2 lines pass as they are.
 /// </remarks>
-internal sealed class Http2FloodLog(ILoggerFactory inner) : ILoggerFactory
+internal sealed class Http2FloodLog(ILoggerFactory inner, TimeSpan? every = null) : ILoggerFactory
 {
     public const string Category = "Microsoft.AspNetCore.Server.Kestrel.Http2";
 
@@ -24,6 +25,7 @@ internal sealed class Http2FloodLog(ILoggerFactory inner) : ILoggerFactory
 
     public static readonly TimeSpan Every = TimeSpan.FromSeconds(10);
 
+    private readonly long _everyMs = (long)(every ?? Every).TotalMilliseconds;
     private readonly Lock _lock = new();
     private long _nextAt;
     private int _leftOut;
@@ -51,7 +53,7 @@ internal sealed class Http2FloodLog(ILoggerFactory inner) : ILoggerFactory
                 return false;
             }
 
-            _nextAt = now + (long)Every.TotalMilliseconds;
+            _nextAt = now + _everyMs;
             leftOut = _leftOut;
             _leftOut = 0;
             return true;
@@ -77,7 +79,7 @@ internal sealed class Http2FloodLog(ILoggerFactory inner) : ILoggerFactory
             if (owner.Take(out var leftOut) && inner.IsEnabled(LogLevel.Warning))
             {
                 // The exception only repeats the message; it was never thrown, so it has no stack.
-                var suffix = $" Kestrel closed it: the client reset HTTP/2 streams faster than they could be cleared (a flood). At most one such line every {Every.TotalSeconds:0} s{(leftOut > 0 ? $"; {leftOut} left out since the last" : "")}.";
+                var suffix = $" Kestrel closed it: the client reset HTTP/2 streams faster than they could be cleared (a flood). At most one such line every {owner._everyMs / 1000.0:0.#} s{(leftOut > 0 ? $"; {leftOut} left out since the last" : "")}.";
                 inner.Log(LogLevel.Warning, eventId, state, null, (s, _) => formatter(s, null) + suffix);
             }
         }

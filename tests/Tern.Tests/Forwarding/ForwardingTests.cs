@@ -78,6 +78,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     [Theory]
     [InlineData("1.1")]
     [InlineData("1.1 chunked")]
+    [InlineData("1.1 whole body, answer after 500 ms")]
     [InlineData("2.0")]
     public async Task UpstreamAnswersBeforeReadingTheBody_ClientGetsTheWholeAnswer(string version)
     {
@@ -94,21 +95,26 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
             Assert.Equal(HttpStatusCode.OK, response.StatusCode);
             Assert.Equal(100 * 1024, answer.Length);
             await Task.Delay(300);
-            Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains("returned 499", StringComparison.Ordinal));
+            Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains(": Tern.Proxy.Forwarding: ", StringComparison.Ordinal)); // nothing failed: no 499, no "cut short"
             return;
         }
 
-        // .NET's HTTP/1.1 client sends the whole body before it reads: by hand, 64 KB of 1 MB.
+        // .NET's HTTP/1.1 client sends the whole body before it reads: by hand, 64 KB of 1 MB, the
+        // rest after the answer. Or all of it at once, while the upstream waits before answering:
+        // Tern is then mid-write to the upstream when the upstream ends the stream, and YARP
+        // reports the body's copy as the destination's failure, with the answer whole.
         var chunked = version.EndsWith("chunked", StringComparison.Ordinal);
+        var whole = version.Contains("whole", StringComparison.Ordinal);
         await using var client = await RawHttp.ConnectAsync(tern.Config.HttpsPort);
-        await client.WriteAsync("POST /early HTTP/1.1\r\nHost: localhost\r\n" + (chunked ? "Transfer-Encoding: chunked" : "Content-Length: 1048576") + "\r\n\r\n", timeout.Token);
-        await WriteBodyPartAsync(64 * 1024);
+        await client.WriteAsync($"POST /early{(whole ? "?delay=500" : "")} HTTP/1.1\r\nHost: localhost\r\n" + (chunked ? "Transfer-Encoding: chunked" : "Content-Length: 1048576") + "\r\n\r\n", timeout.Token);
+        var sent = WriteBodyPartAsync(whole ? 1024 * 1024 : 64 * 1024);
         var answered = await client.ReadUntilAsync("\r\n0\r\n\r\n", timeout.Token);
         Assert.StartsWith("HTTP/1.1 200", answered, StringComparison.Ordinal);
         Assert.EndsWith("\r\n0\r\n\r\n", answered, StringComparison.Ordinal);
+        await sent;
 
         // The rest of the body, then a second request on the same connection.
-        await WriteBodyPartAsync(1024 * 1024 - 64 * 1024);
+        await WriteBodyPartAsync(whole ? 0 : 1024 * 1024 - 64 * 1024);
         if (chunked)
         {
             await client.WriteAsync("0\r\n\r\n", timeout.Token);
@@ -123,11 +129,16 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         // body (the forwarder's cancelled read used to leave Kestrel's body reader mid-read:
         // dotnet/aspnetcore#17840).
         await Task.Delay(300);
-        Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains("returned 499", StringComparison.Ordinal));
+        Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains(": Tern.Proxy.Forwarding: ", StringComparison.Ordinal)); // nothing failed: no 499, no "cut short"
         Assert.DoesNotContain(tern.Logs.Lines, l => l.StartsWith("Error:", StringComparison.Ordinal) || l.StartsWith("Critical:", StringComparison.Ordinal));
 
         async Task WriteBodyPartAsync(int length)
         {
+            if (length == 0)
+            {
+                return;
+            }
+
             await client.WriteAsync(chunked ? $"{length:x}\r\n" : "", timeout.Token);
             await client.WriteAsync(new byte[length], timeout.Token);
             await client.WriteAsync(chunked ? "\r\n" : "", timeout.Token);
@@ -164,6 +175,19 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.Equal("", after); // closed, nothing more sent
         Assert.InRange(watch.Elapsed, TimeSpan.FromSeconds(3), TimeSpan.FromSeconds(12));
         Assert.DoesNotContain(tern.Logs.Lines, l => l.StartsWith("Error:", StringComparison.Ordinal) || l.StartsWith("Critical:", StringComparison.Ordinal));
+    }
+
+    /// <summary>An HTTP/2 upstream that resets its stream mid-response: logged as cut, with the code it reset with.</summary>
+    [Fact]
+    public async Task Http2UpstreamResetsMidResponse_LoggedAsCutWithItsErrorCode()
+    {
+        await using var upstream = await TestUpstream.StartAsync("h2", http2: true);
+        await using var tern = await StartInFrontOfH2cAsync(upstream);
+        using var client = tern.CreateClient();
+        using var response = await client.GetAsync("/reset-mid-body", HttpCompletionOption.ResponseHeadersRead);
+        await Assert.ThrowsAnyAsync<Exception>(() => response.Content.ReadAsByteArrayAsync()); // never taken for whole
+
+        await tern.Logs.WaitForAsync("GET /reset-mid-body was cut short after its 200 response began: HTTP/2 with the upstream failed (INTERNAL_ERROR) (cluster 'h2c')");
     }
 
     /// <summary>
@@ -331,6 +355,28 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.Equal(HttpStatusCode.OK, response.StatusCode);
         Assert.Equal("true", response.Headers.GetValues("X-Received-Chunked").Single());
         Assert.Equal(SHA256.HashData(body), SHA256.HashData(echoed));
+    }
+
+    /// <summary>
+    /// A WebSocket that carries nothing for the cluster's activity timeout is closed, as configured,
+    /// and logged as idle at Information: not as an upstream that failed or a client that left.
+    /// </summary>
+    [Fact]
+    public async Task WebSocket_IdleForTheActivityTimeout_IsClosedAndLoggedAsIdle()
+    {
+        var config = TernConfig.To(engine, _upstream);
+        config.Cluster("app", [_upstream], new JsonObject { ["HttpRequest"] = new JsonObject { ["ActivityTimeout"] = "00:00:01" } });
+        await using var tern = await TernInstance.StartAsync(config);
+        using var socket = new ClientWebSocket();
+        socket.Options.RemoteCertificateValidationCallback = (_, _, _, _) => true;
+        await socket.ConnectAsync(new Uri($"wss://localhost:{tern.Config.HttpsPort}/ws"), CancellationToken.None);
+
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+        await Assert.ThrowsAnyAsync<Exception>(async () => await socket.ReceiveAsync(new byte[16], timeout.Token)); // closed under it after 1 s
+        Assert.False(timeout.IsCancellationRequested);
+
+        await tern.Logs.WaitForAsync("GET /ws: the upgraded connection (a WebSocket, say) carried nothing for the cluster's HttpRequest:ActivityTimeout and was closed (route all, cluster app, destination d1)");
+        Assert.DoesNotContain(tern.Logs.Lines, l => l.StartsWith("Warning: Tern.Proxy.Forwarding", StringComparison.Ordinal) || l.Contains("returned 499", StringComparison.Ordinal));
     }
 
     [Fact]

@@ -42,6 +42,6 @@ public sealed class ProxyErrorResponsesTests
         var either = new ClusterConfig { ClusterId = "h2", HttpRequest = new ForwarderRequestConfig { Version = new Version(2, 0) } };
 
         Assert.Equal((502, "HTTP/2 with the upstream failed (cluster 'h2')"), ProxyErrorResponses.Describe(ForwarderError.Request, failure, http2Only));
-        Assert.Equal((502, "the upstream could not be reached (cluster 'h2')"), ProxyErrorResponses.Describe(ForwarderError.Request, failure, either));
+        Assert.Equal((502, "the request to the upstream failed (cluster 'h2')"), ProxyErrorResponses.Describe(ForwarderError.Request, failure, either));
     }
 }

@@ -115,6 +115,10 @@ public sealed class SmugglingTests : IAsyncLifetime
         { "connection header", ["connection", "keep-alive"], null, "refused" },
         { "te other than trailers", ["te", "gzip"], null, "refused" },
         { "host unlike :authority", ["host", "evil"], null, "200 /a " },
+        // Hop-by-hop headers RFC 9113 forbids that Kestrel lets through: dropped before forwarding.
+        { "keep-alive header", ["keep-alive", "timeout=5"], null, "200 /a " },
+        { "proxy-connection header", ["proxy-connection", "keep-alive"], null, "200 /a " },
+        { "upgrade header", ["upgrade", "websocket"], null, "200 /a " },
         { "transfer-encoding header", ["transfer-encoding", "chunked"], "0\r\n\r\n" + Smuggled, "200 /a 0\r\n\r\n" + Smuggled },
         { "content-length under the data", ["content-length", "3"], "abc" + Smuggled, "refused" },
         { "content-length over the data", ["content-length", "50"], "abc", "refused" },
@@ -155,6 +159,7 @@ public sealed class SmugglingTests : IAsyncLifetime
         var only = Assert.Single(requests);
         Assert.Equal(outcome, "200 " + only.Target + " " + only.Body);
         Assert.Equal("localhost", Assert.Single(only.Headers, h => h.Name.Equals("Host", StringComparison.OrdinalIgnoreCase)).Value);
+        Assert.DoesNotContain(only.Headers, h => h.Name.ToLowerInvariant() is "connection" or "keep-alive" or "proxy-connection" or "upgrade");
     }
 
     /// <summary>

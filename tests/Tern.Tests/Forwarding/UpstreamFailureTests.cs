@@ -56,8 +56,17 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
 
         var cluster = path.Split('/')[1] is "tls" or "h2" ? path.Split('/')[1] : "app";
         Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
-        Assert.Equal($"502 Bad Gateway: {reason} (cluster '{cluster}')\n", body);
-        var line = await _tern.Logs.WaitForAsync($"GET {path} returned 502: {reason} (cluster '{cluster}') (route ");
+        if (path == "/h2/x")
+        {
+            // With HTTP/2's error code when .NET kept it (it races two ways: see Describe).
+            Assert.Matches(@"^502 Bad Gateway: HTTP/2 with the upstream failed( \(PROTOCOL_ERROR\))? \(cluster 'h2'\)\n$", body);
+        }
+        else
+        {
+            Assert.Equal($"502 Bad Gateway: {reason} (cluster '{cluster}')\n", body);
+        }
+
+        var line = await _tern.Logs.WaitForAsync($"GET {path} returned 502: {reason}");
         Assert.Contains(detail, line, StringComparison.Ordinal);
     }
 

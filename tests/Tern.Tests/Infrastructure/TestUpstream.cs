@@ -90,14 +90,27 @@ public sealed class TestUpstream : IAsyncDisposable
             context.Response.AppendTrailer("grpc-status", "0");
             context.Response.AppendTrailer("x-received", total.ToString(System.Globalization.CultureInfo.InvariantCulture));
         });
-        // Answers at once, 100 KB in chunks of 10 KB, without reading the request body.
+        // Answers at once (or after ?delay= milliseconds), 100 KB in chunks of 10 KB, without reading the request body.
         app.MapPost("/early", async context =>
         {
+            if (int.TryParse(context.Request.Query["delay"], out var delay))
+            {
+                await Task.Delay(delay, context.RequestAborted);
+            }
+
             for (var i = 0; i < 10; i++)
             {
                 await context.Response.Body.WriteAsync(Pattern(10 * 1024), context.RequestAborted);
                 await context.Response.Body.FlushAsync(context.RequestAborted);
             }
+        });
+        // HTTP/2 only: 10 KB of a response, then (200 ms later) the stream reset with INTERNAL_ERROR.
+        app.MapGet("/reset-mid-body", async context =>
+        {
+            await context.Response.Body.WriteAsync(Pattern(10 * 1024), context.RequestAborted);
+            await context.Response.Body.FlushAsync(context.RequestAborted);
+            await Task.Delay(200, context.RequestAborted); // the 10 KB reach the client first
+            context.Features.Get<Microsoft.AspNetCore.Http.Features.IHttpResetFeature>()!.Reset(0x2);
         });
         app.MapGet("/bytes/{length:int}", (int length) => Results.Bytes(Pattern(length), "application/octet-stream"));
         app.MapGet("/headers", (HttpContext context) => Results.Json(context.Request.Headers.ToDictionary(h => h.Key, h => h.Value.ToString())));
