@@ -1,5 +1,6 @@
 using System.Net.Sockets;
 using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Http.Features;
 using Microsoft.Extensions.Logging;
 using Yarp.ReverseProxy.Configuration;
 using Yarp.ReverseProxy.Forwarder;
@@ -66,6 +67,17 @@ internal static class ProxyErrorResponses
         {
             var (_, cut) = Describe(error.Error, error.Exception, cluster);
             TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, cut, route, cluster.ClusterId, destination, Detail(error.Exception));
+            return;
+        }
+
+        // An upstream that switched protocols (101) for a request that asked for no upgrade: Kestrel
+        // refuses to switch, and YARP reports that as the client's side failing.
+        if (error.Error is ForwarderError.UpgradeRequestClient or ForwarderError.UpgradeResponseClient && !context.Response.HasStarted
+            && context.Features.Get<IHttpUpgradeFeature>()?.IsUpgradableRequest != true)
+        {
+            var unasked = $"the upstream switched protocols (101) for a request that asked for no upgrade (cluster '{cluster.ClusterId}')";
+            TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, StatusCodes.Status502BadGateway, unasked, route, cluster.ClusterId, destination, Detail(error.Exception));
+            await RespondAsync(context, StatusCodes.Status502BadGateway, unasked);
             return;
         }
 

@@ -46,6 +46,7 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
     [InlineData("/bad-header-name", "the upstream sent an invalid response", "invalid header name")]
     [InlineData("/two-lengths", "the upstream sent an invalid response", "Content-Length")]
     [InlineData("/huge-headers", "the upstream's response headers are larger than the 64 KB Tern accepts", "65536 bytes")]
+    [InlineData("/switch", "the upstream switched protocols (101) for a request that asked for no upgrade", "upgrade")]
     [InlineData("/tls/x", "Tern could not set up TLS with the upstream", "remote certificate")] // signed by the tests' own CA
     [InlineData("/h2/x", "HTTP/2 with the upstream failed", "HTTP/2")] // an HTTP/1.1 server behind a cluster that requires HTTP/2
     public async Task UpstreamFailsBeforeAnswering_502SaysWhatItDid(string path, string reason, string detail)
@@ -139,6 +140,7 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
                     "/bad-header-name" => "HTTP/1.1 200 OK\r\nX A: b\r\nContent-Length: 2\r\n\r\nok",
                     "/two-lengths" => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 8\r\n\r\nok",
                     "/huge-headers" => "HTTP/1.1 200 OK\r\n" + string.Concat(Enumerable.Range(0, 70).Select(i => $"X-H{i}: {new string('v', 1000)}\r\n")) + "Content-Length: 2\r\n\r\nok",
+                    "/switch" => "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
                     "/short" or "/stall" => "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
                     "*" => "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", // HTTP/2's preface, to an HTTP/1.1 server
                     _ => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
