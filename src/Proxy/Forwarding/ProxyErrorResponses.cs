@@ -25,6 +25,15 @@ internal static class ProxyErrorResponses
         var error = context.GetForwarderErrorFeature();
         if (error is null)
         {
+            // A 204 has no body (RFC 9110, 8.6), so an upstream's Content-Length on it is wrong, and
+            // Kestrel would turn it into a 500 with an error logged ("too few bytes written") when
+            // it completes the response. nginx drops it; so does Tern. A 204's headers are still
+            // unsent here, and only a 204 pays for the check.
+            if (context.Response.StatusCode == StatusCodes.Status204NoContent && !context.Response.HasStarted && context.Response.ContentLength > 0)
+            {
+                context.Response.ContentLength = null;
+            }
+
             return;
         }
 

@@ -85,6 +85,20 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
         Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains($"GET {path} returned", StringComparison.Ordinal));
     }
 
+    /// <summary>A 204 with a Content-Length (which a 204 may not have) reaches the client as a 204 without it, as through nginx.</summary>
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task UpstreamSends204WithALength_ClientGets204(string version)
+    {
+        using var client = _tern.CreateClient(version: Version.Parse(version));
+        using var response = await client.GetAsync("/no-content-with-length");
+
+        Assert.Equal(HttpStatusCode.NoContent, response.StatusCode);
+        Assert.False(response.Content.Headers.ContentLength > 0);
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.StartsWith("Error:", StringComparison.Ordinal));
+    }
+
     /// <summary>Reads one request head, then does what its path asks.</summary>
     private sealed class MisbehavingUpstream : IDisposable
     {
@@ -140,6 +154,7 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
                     "/bad-header-name" => "HTTP/1.1 200 OK\r\nX A: b\r\nContent-Length: 2\r\n\r\nok",
                     "/two-lengths" => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 8\r\n\r\nok",
                     "/huge-headers" => "HTTP/1.1 200 OK\r\n" + string.Concat(Enumerable.Range(0, 70).Select(i => $"X-H{i}: {new string('v', 1000)}\r\n")) + "Content-Length: 2\r\n\r\nok",
+                    "/no-content-with-length" => "HTTP/1.1 204 No Content\r\nContent-Length: 8\r\n\r\n",
                     "/switch" => "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
                     "/short" or "/stall" => "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
                     "*" => "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", // HTTP/2's preface, to an HTTP/1.1 server
