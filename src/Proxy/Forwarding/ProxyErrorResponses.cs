@@ -74,8 +74,7 @@ internal static class ProxyErrorResponses
         // the whole, which makes the client look gone: the failure is the upstream's.
         if (context.Response.HasStarted && error.Error is ForwarderError.ResponseBodyDestination or ForwarderError.UpgradeResponseDestination or ForwarderError.UpgradeRequestDestination or ForwarderError.RequestBodyDestination)
         {
-            var (_, cut) = Describe(error.Error, error.Exception, cluster);
-            TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, cut, route, cluster.ClusterId, destination, Detail(error.Exception));
+            await UpstreamFailedAsync(Describe(error.Error, error.Exception, cluster));
             return;
         }
 
@@ -84,9 +83,7 @@ internal static class ProxyErrorResponses
         if (error.Error is ForwarderError.UpgradeRequestClient or ForwarderError.UpgradeResponseClient && !context.Response.HasStarted
             && context.Features.Get<IHttpUpgradeFeature>()?.IsUpgradableRequest != true)
         {
-            var unasked = $"the upstream switched protocols (101) for a request that asked for no upgrade (cluster '{cluster.ClusterId}')";
-            TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, StatusCodes.Status502BadGateway, unasked, route, cluster.ClusterId, destination, Detail(error.Exception));
-            await RespondAsync(context, StatusCodes.Status502BadGateway, unasked);
+            await UpstreamFailedAsync((StatusCodes.Status502BadGateway, $"the upstream switched protocols (101) for a request that asked for no upgrade (cluster '{cluster.ClusterId}')"));
             return;
         }
 
@@ -119,16 +116,21 @@ internal static class ProxyErrorResponses
             return;
         }
 
-        var (status, reason) = Describe(error.Error, error.Exception, cluster);
-        if (context.Response.HasStarted)
-        {
-            // Part of the upstream's response is already on the wire; YARP aborted the request.
-            TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, reason, route, cluster.ClusterId, destination, Detail(error.Exception));
-            return;
-        }
+        await UpstreamFailedAsync(Describe(error.Error, error.Exception, cluster));
 
-        TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, status, reason, route, cluster.ClusterId, destination, Detail(error.Exception));
-        await RespondAsync(context, status, reason);
+        // The upstream's failure: answered with its status and reason, or, when part of the
+        // upstream's response is already on the wire (YARP then reset the client), logged as cut.
+        async Task UpstreamFailedAsync((int Status, string Reason) failure)
+        {
+            if (context.Response.HasStarted)
+            {
+                TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, failure.Reason, route, cluster.ClusterId, destination, Detail(error.Exception));
+                return;
+            }
+
+            TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, failure.Status, failure.Reason, route, cluster.ClusterId, destination, Detail(error.Exception));
+            await RespondAsync(context, failure.Status, failure.Reason);
+        }
     }
 
     /// <summary>The plain-text answer: status, reason phrase and Tern's reason, never cached.</summary>
