@@ -228,6 +228,7 @@ public static class TernHost
         builder.Services.AddReverseProxy()
             .LoadFromConfig(gate.Root.GetSection(ReverseProxyValidator.Section))
             .AddTransforms<EdgeForwardedHeaders>();
+        OwnLimitsUncounted.WrapRegistered(builder.Services);
         builder.Services.AddSingleton<IForwarderHttpClientFactory, UpstreamHttpClientFactory>();
 
         builder.WebHost.ConfigureKestrel(kestrel =>

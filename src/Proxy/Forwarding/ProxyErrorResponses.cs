@@ -176,7 +176,7 @@ internal static class ProxyErrorResponses
         }
 
         var socketError = Find<SocketException>(exception)?.SocketErrorCode;
-        if (socketError == SocketError.TooManyOpenSockets)
+        if (IsOwnFileLimit(exception))
         {
             // Tern's own limit, not the upstream's fault: a connection to it is a file Tern may not
             // open now (README, "Listeners"). Overload, which a client may retry.
@@ -270,6 +270,14 @@ internal static class ProxyErrorResponses
             return "-";
         }
 
+        if (IsOwnFileLimit(exception))
+        {
+            // .NET reports the process's limit (EMFILE) and the system's (ENFILE) as one error, and
+            // its message names the system's ("Too many open files in system"), which misleads.
+            var limit = Listeners.SocketTransport.OpenFileLimit();
+            return $"too many open files (Tern's limit, RLIMIT_NOFILE, is {(limit is { } l ? l.ToString(System.Globalization.CultureInfo.InvariantCulture) : "unknown")}; or the system's, fs.file-max)";
+        }
+
         var innermost = exception;
         while (innermost.InnerException is not null)
         {
@@ -308,6 +316,13 @@ internal static class ProxyErrorResponses
 
         return null;
     }
+
+    /// <summary>
+    /// Whether a forwarding error is Tern's own open-file limit (EMFILE, or the system's ENFILE, which
+    /// .NET reports as one error) met while connecting to the upstream, not the upstream's failure.
+    /// </summary>
+    internal static bool IsOwnFileLimit(Exception? exception) =>
+        Find<SocketException>(exception)?.SocketErrorCode == SocketError.TooManyOpenSockets;
 
     private static T? Find<T>(Exception? exception)
         where T : Exception

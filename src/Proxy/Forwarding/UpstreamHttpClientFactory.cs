@@ -1,19 +1,80 @@
 using System.Net.Http;
+using System.Net.Sockets;
+using Microsoft.Win32.SafeHandles;
 using Tern.Proxy.Configuration;
+using Tern.Proxy.Listeners;
 using Yarp.ReverseProxy.Forwarder;
 
 namespace Tern.Proxy.Forwarding;
 
 /// <summary>
 /// YARP's client factory with Tern's connect timeout, so that an upstream that cannot be reached
-/// turns into a fast 502 instead of a request that hangs on SYN retries.
+/// turns into a fast 502 instead of a request that hangs on SYN retries, and with a connect that
+/// keeps the last descriptors free.
 /// </summary>
+/// <remarks>
+/// The listeners keep clients out of the last eighth of the open-file limit (<see cref="SocketTransport"/>),
+/// but upstream connections could take all of it: 600 HTTP/2 streams to a slow HTTP/1.1 upstream under
+/// a limit of 500 files left none, and the runtime then aborted the process ("Out of memory.") when it
+/// could not start a thread, and the management listener could not accept a probe. So a new upstream
+/// connection is refused, as if the limit itself were met (a 503 naming it), once fewer than half the
+/// reserve is free. The check is one dup() and close() of a descriptor held for it, made only when a
+/// request needs a new connection; pooled ones are reused without it.
+/// </remarks>
 internal sealed class UpstreamHttpClientFactory(ActiveConfiguration active) : ForwarderHttpClientFactory
 {
+    private static readonly SafeFileHandle? s_probe = OpenProbe();
+
     // Start-only (see TernSettings.StartOnlySettings): YARP rebuilds a client only when its cluster changes.
     protected override void ConfigureHandler(ForwarderHttpClientContext context, SocketsHttpHandler handler)
     {
         base.ConfigureHandler(context, handler);
         handler.ConnectTimeout = active.Bound.ConnectTimeout;
+        handler.ConnectCallback = ConnectAsync;
+    }
+
+    /// <summary>What SocketsHttpHandler does without a callback, after the descriptor check.</summary>
+    internal static async ValueTask<Stream> ConnectAsync(SocketsHttpConnectionContext context, CancellationToken cancellationToken)
+    {
+        if (DescriptorsShort())
+        {
+            throw new SocketException((int)SocketError.TooManyOpenSockets);
+        }
+
+        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        try
+        {
+            await socket.ConnectAsync(context.DnsEndPoint, cancellationToken).ConfigureAwait(false);
+            return new NetworkStream(socket, ownsSocket: true);
+        }
+        catch
+        {
+            socket.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>Whether a new connection would leave fewer than half the reserve free.</summary>
+    internal static bool DescriptorsShort()
+    {
+        if (s_probe is null)
+        {
+            return false;
+        }
+
+        // The limit is read each time (getrlimit): an operator may change it (prlimit).
+        return SocketTransport.LowestFreeDescriptor((int)s_probe.DangerousGetHandle()) >= SocketTransport.DescriptorReserve.UpstreamFloor();
+    }
+
+    private static SafeFileHandle? OpenProbe()
+    {
+        try
+        {
+            return File.OpenHandle("/dev/null");
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
+        {
+            return null; // no check: the process's limit itself still refuses the connection
+        }
     }
 }

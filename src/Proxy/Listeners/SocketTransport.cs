@@ -27,8 +27,9 @@ namespace Tern.Proxy.Listeners;
 /// loop never lets clients take the last <see cref="DescriptorReserve.Reserve"/> descriptors (an
 /// eighth of the limit, at least 64; nginx's workers, with accept_mutex on, stop accepting with an
 /// eighth of their connections left): a client accepted into them is closed at once, and accepting
-/// waits until a lower descriptor is free. Upstream connections, files and threads may still use
-/// them, and so may the management listener and the demo upstream, which take few connections.</item>
+/// waits until a lower descriptor is free. Upstream connections may still use the lower half of them
+/// (UpstreamHttpClientFactory); files, threads, the management listener and the demo upstream, which
+/// take few connections, all of them.</item>
 /// </list>
 /// Either is logged once (event 407, naming the limit), then at most every
 /// <see cref="RepeatLogEvery"/> while it lasts, and once when accepting works again (408). Clients
@@ -137,11 +138,14 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
     private static partial int GetRLimit(int resource, out RLimit limit);
 
     /// <summary>The lowest descriptor number free now (what the next accept() would get); int.MaxValue if none is.</summary>
-    internal static int LowestFreeDescriptor(Socket socket)
+    internal static int LowestFreeDescriptor(Socket socket) => LowestFreeDescriptor((int)socket.Handle);
+
+    /// <summary>The lowest descriptor number free now, found by duplicating <paramref name="open"/>, an open one.</summary>
+    internal static int LowestFreeDescriptor(int open)
     {
         try
         {
-            var probe = Dup((int)socket.Handle);
+            var probe = Dup(open);
             if (probe < 0)
             {
                 return int.MaxValue;
@@ -166,6 +170,9 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
     /// The descriptors clients may not take: the top eighth of the open-file limit, at least 64.
     /// Descriptors are numbered from 0 and each new one gets the lowest number free, so a client
     /// socket numbered at or above <see cref="Floor"/> means fewer than <see cref="Reserve"/> are left.
+    /// Upstream connections may take the lower half of the reserve, up to <see cref="UpstreamFloor"/>
+    /// (UpstreamHttpClientFactory);
+    /// the upper half is kept for the runtime's threads, files and the management listener.
     /// </summary>
     internal sealed class DescriptorReserve
     {
@@ -175,14 +182,25 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
 
         public int Floor { get; private set; } = int.MaxValue;
 
+        /// <summary>The lowest descriptor a new upstream connection may not take, read now.</summary>
+        public static int UpstreamFloor()
+        {
+            var limit = CurrentLimit();
+            return limit - (ReserveOf(limit) / 2);
+        }
+
         /// <summary>Reads the limit again (an operator may change it with prlimit).</summary>
         public void Refresh()
         {
-            var limit = (int)Math.Min(OpenFileLimit() ?? int.MaxValue, int.MaxValue);
-            Reserve = Math.Max(64, limit / 8);
+            var limit = CurrentLimit();
+            Reserve = ReserveOf(limit);
             Floor = limit - Reserve;
             Limit = limit;
         }
+
+        private static int CurrentLimit() => (int)Math.Min(OpenFileLimit() ?? int.MaxValue, int.MaxValue);
+
+        private static int ReserveOf(int limit) => Math.Max(64, limit / 8);
     }
 
     private sealed class Listener(Socket socket, SocketConnectionContextFactory factory, bool noDelay, int backlog, DescriptorReserve? reserve, Counter<long> errors, ILogger logger) : IConnectionListener

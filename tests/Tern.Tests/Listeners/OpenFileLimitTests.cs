@@ -109,6 +109,79 @@ public sealed class OpenFileLimitTests
         Assert.DoesNotContain("Configuration reload", output, StringComparison.Ordinal);
     }
 
+    /// <summary>
+    /// Requests that need more upstream connections than the descriptors allow get Tern's own 503,
+    /// before the last half of the reserve is gone, so the process and its probes live on. That is
+    /// Tern's limit, not the destination's failure: a passive health check must not count it, or
+    /// one burst would take a healthy destination out of the cluster for its whole reactivation
+    /// period (YARP's failure-rate policy counts every forwarding error).
+    /// </summary>
+    [Fact]
+    public async Task UpstreamConnectionsPastTheReserve_Get503_LeaveTheProcessAndProbesRunning_AndDoNotFailTheDestination()
+    {
+        await using var upstream = await TestUpstream.StartAsync();
+        var ports = new Dictionary<string, int>
+        {
+            ["Https"] = FreePort.Next(),
+            ["Http"] = FreePort.Next(),
+            ["Management"] = FreePort.Next(),
+        };
+        var environment = ports.ToDictionary(p => $"Tern__{p.Key}__Port", p => p.Value.ToString(CultureInfo.InvariantCulture));
+        environment["Tern__Demo__Enabled"] = "false";
+        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = upstream.Address.ToString();
+        environment["ReverseProxy__Clusters__app__HealthCheck__Passive__Enabled"] = "true";
+        environment["ReverseProxy__Clusters__app__HealthCheck__Passive__ReactivationPeriod"] = "00:05:00";
+        await using var tern = TernProcess.StartWithOpenFileLimit(OpenFileLimit, environment);
+        await tern.WaitUntilServingAsync(ports["Management"]);
+
+        // Six HTTP/2 connections of 100 streams each (Kestrel's limit per connection), every request
+        // held a second by the upstream, which speaks HTTP/1.1: 600 upstream connections at once,
+        // where Tern has about 250 descriptors free.
+        var clients = Enumerable.Range(0, 6).Select(_ => TernInstance.CreateClient(ports["Https"], "https", "localhost", HttpVersion.Version20, null)).ToList();
+        try
+        {
+            foreach (var client in clients)
+            {
+                Assert.Equal(HttpStatusCode.OK, (await client.GetAsync(new Uri("/name", UriKind.Relative))).StatusCode);
+            }
+
+            var answers = await Task.WhenAll(clients.SelectMany(client => Enumerable.Range(0, 100).Select(async _ =>
+            {
+                using var response = await client.GetAsync(new Uri("/slow/1000", UriKind.Relative));
+                return ((int)response.StatusCode, Body: await response.Content.ReadAsStringAsync());
+            })));
+            var refused = answers.Count(a => a.Item1 == 503);
+            Assert.True(refused > 0, "no request ran into the file limit: " + string.Join(", ", answers.GroupBy(a => a.Item1).Select(g => $"{g.Key} x{g.Count()}")));
+            Assert.All(answers, a => Assert.True(
+                a.Item1 == 200 || a.Body == "503 Service Unavailable: Tern has as many connections open as its open-file limit allows; try again later (cluster 'app')\n",
+                $"{a.Item1}: {a.Body}"));
+
+            // The burst is over: the destination is still in the cluster (with one destination
+            // YARP would still use it, but /readyz reported the cluster down and the log blamed it).
+            using var after = await clients[0].GetAsync(new Uri("/name", UriKind.Relative));
+            Assert.True(after.StatusCode == HttpStatusCode.OK, $"{(int)after.StatusCode}: {await after.Content.ReadAsStringAsync()}");
+            await Task.Delay(TimeSpan.FromMilliseconds(500));
+            Assert.DoesNotContain("marked as 'Unhealthy", tern.Output, StringComparison.Ordinal);
+
+            // The log names the limit met; .NET's own message names the system's.
+            Assert.Contains($"(route default, cluster app, destination d1): too many open files (Tern's limit, RLIMIT_NOFILE, is {OpenFileLimit}; or the system's, fs.file-max)", tern.Output, StringComparison.Ordinal);
+            Assert.DoesNotContain("Too many open files in system", tern.Output, StringComparison.Ordinal);
+
+            // Upstream connections left the last half of the reserve free: the management listener
+            // answers, and the runtime, which aborted the process ("Out of memory.") when it could
+            // not start a thread, keeps running. Idle upstream connections hold the rest meanwhile.
+            using var management = new HttpClient { Timeout = TimeSpan.FromSeconds(5) };
+            Assert.Equal(HttpStatusCode.OK, (await management.GetAsync(new Uri($"http://127.0.0.1:{ports["Management"]}/healthz"))).StatusCode);
+            Assert.Equal(HttpStatusCode.OK, (await management.GetAsync(new Uri($"http://127.0.0.1:{ports["Management"]}/readyz"))).StatusCode);
+            Assert.True(await tern.WaitForExitAsync(TimeSpan.FromSeconds(5)) is null, $"Tern exited:\n{tern.Output}");
+            Assert.Equal(HttpStatusCode.OK, (await clients[1].GetAsync(new Uri("/name", UriKind.Relative))).StatusCode);
+        }
+        finally
+        {
+            clients.ForEach(c => c.Dispose());
+        }
+    }
+
     /// <summary>User and system CPU seconds the process has used (/proc, in clock ticks of 1/100 s).</summary>
     private static double CpuSeconds(int pid)
     {
