@@ -78,6 +78,9 @@ internal static partial class TernLog
     [LoggerMessage(305, LogLevel.Information, "{Method} {Path}: the upgraded connection (a WebSocket, say) carried nothing for the cluster's HttpRequest:ActivityTimeout and was closed (route {Route}, cluster {Cluster}, destination {Destination})")]
     public static partial void UpgradeIdleClosed(ILogger logger, string method, string path, string route, string cluster, string destination);
 
+    [LoggerMessage(306, LogLevel.Information, "{Method} {Path}: the client read nothing more of its {Status} response for the cluster's HttpRequest:ActivityTimeout, so its connection was closed (route {Route}, cluster {Cluster}, destination {Destination})")]
+    public static partial void ClientStoppedReading(ILogger logger, string method, string path, int status, string route, string cluster, string destination);
+
     [LoggerMessage(304, LogLevel.Warning, "{Method} {Path} was cut short after its {Status} response began: {Reason} (route {Route}, cluster {Cluster}, destination {Destination}): {Detail}")]
     public static partial void UpstreamCutResponse(ILogger logger, string method, string path, int status, string reason, string route, string cluster, string destination, string detail);
 

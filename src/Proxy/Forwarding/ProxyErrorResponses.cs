@@ -1,4 +1,5 @@
 using System.Net.Sockets;
+using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Http.Features;
 using Microsoft.Extensions.Logging;
@@ -66,6 +67,19 @@ internal static class ProxyErrorResponses
             // An upgraded connection (a WebSocket) that carried nothing either way for the
             // cluster's activity timeout: YARP closed it, as configured. Not a failure.
             TernLog.UpgradeIdleClosed(Logger(context), context.Request.Method, context.Request.Path, route, cluster.ClusterId, destination);
+            return;
+        }
+
+        // A client that stopped reading the response: YARP's activity timeout cancelled a write to
+        // it, which YARP reports as the client's side failing with a cancellation (a client that
+        // left shows as ResponseBodyCanceled, when RequestAborted cancels the copy, or as the
+        // write's I/O error). Kestrel aborts a connection whose write was cancelled, so
+        // RequestAborted is set here too on the SslStream engine: it does not mean the client left.
+        if (error.Error == ForwarderError.ResponseBodyClient
+            && Find<OperationCanceledException>(error.Exception) is { } cancelled && cancelled is not ConnectionAbortedException)
+        {
+            TernLog.ClientStoppedReading(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, route, cluster.ClusterId, destination);
+            context.Abort();
             return;
         }
 
