@@ -50,6 +50,16 @@ public static class TernHost
     public static async Task<int> RunAsync(string[] args)
     {
         SocketEventThreads.DefaultOn();
+
+        // Before anything loads: at a lower limit start-up died on whichever file or assembly it
+        // could not open first, with a stack trace that named that file as missing.
+        if (OpenFiles.Limit() is { } files && files < OpenFiles.Minimum)
+        {
+            await Console.Error.WriteLineAsync($"error: Tern may open only {files} files (RLIMIT_NOFILE) and needs at least {OpenFiles.Minimum}: about 250 for itself, 64 it keeps in reserve, and one for each client and upstream connection. Raise the limit (ulimit -n, systemd's LimitNOFILE, the container runtime's nofile).");
+            await Console.Error.WriteLineAsync("Tern did not start: its open-file limit is too low.");
+            return ConfigurationError;
+        }
+
         var options = new TernHostOptions { Args = args, ConfigFile = Environment.GetEnvironmentVariable("TERN_CONFIG") };
         var app = TryBuild(options, Console.Error);
         if (app is null)

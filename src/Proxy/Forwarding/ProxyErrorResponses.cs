@@ -288,7 +288,7 @@ internal static class ProxyErrorResponses
         {
             // .NET reports the process's limit (EMFILE) and the system's (ENFILE) as one error, and
             // its message names the system's ("Too many open files in system"), which misleads.
-            var limit = Listeners.SocketTransport.OpenFileLimit();
+            var limit = Listeners.OpenFiles.Limit();
             return $"too many open files (Tern's limit, RLIMIT_NOFILE, is {(limit is { } l ? l.ToString(System.Globalization.CultureInfo.InvariantCulture) : "unknown")}; or the system's, fs.file-max)";
         }
 

@@ -63,7 +63,7 @@ internal sealed class UpstreamHttpClientFactory(ActiveConfiguration active) : Fo
         }
 
         // The limit is read each time (getrlimit): an operator may change it (prlimit).
-        return SocketTransport.LowestFreeDescriptor((int)s_probe.DangerousGetHandle()) >= SocketTransport.DescriptorReserve.UpstreamFloor();
+        return OpenFiles.LowestFree((int)s_probe.DangerousGetHandle()) >= OpenFiles.Reserve.UpstreamFloor();
     }
 
     private static SafeFileHandle? OpenProbe()

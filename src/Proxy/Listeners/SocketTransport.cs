@@ -3,7 +3,6 @@ using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
 using System.Reflection;
-using System.Runtime.InteropServices;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Options;
@@ -24,7 +23,7 @@ namespace Tern.Proxy.Listeners;
 /// <item>A .NET process with no descriptor free can die: a new thread needs a pipe, and the runtime
 /// does not survive failing to start some of its own (the thread pool's gate thread aborted the
 /// process with "Out of memory." in 6 of 69 runs of OpenFileLimitTests before this reserve). So the
-/// loop never lets clients take the last <see cref="DescriptorReserve.Reserve"/> descriptors (an
+/// loop never lets clients take the last <see cref="OpenFiles.Reserve.Size"/> descriptors (an
 /// eighth of the limit, at least 64; nginx's workers, with accept_mutex on, stop accepting with an
 /// eighth of their connections left): a client accepted into them is closed at once, and accepting
 /// waits until a lower descriptor is free. Upstream connections may still use the lower half of them
@@ -43,7 +42,7 @@ namespace Tern.Proxy.Listeners;
 /// every socket. Should a later runtime lack that constructor, <see cref="Available"/> is false and
 /// Tern keeps Kestrel's transport (and says so at start).
 /// </remarks>
-internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> options, ILoggerFactory loggers, ActiveConfiguration active, IMeterFactory meters) : IConnectionListenerFactory, IConnectionListenerFactorySelector
+internal sealed class SocketTransport(IOptions<SocketTransportOptions> options, ILoggerFactory loggers, ActiveConfiguration active, IMeterFactory meters) : IConnectionListenerFactory, IConnectionListenerFactorySelector
 {
     /// <summary>The meter of <c>tern.listener.accept.errors</c>.</summary>
     public const string MeterName = "Tern.Listeners";
@@ -58,7 +57,7 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
         BindingFlags.NonPublic | BindingFlags.Instance, [typeof(SocketTransportOptions)]);
 
     private readonly ILogger _logger = loggers.CreateLogger("Tern.Proxy.Listeners");
-    private readonly DescriptorReserve _reserve = new();
+    private readonly OpenFiles.Reserve _reserve = new();
     private readonly Counter<long> _errors = meters.Create(MeterName).CreateCounter<long>("tern.listener.accept.errors", "{error}",
         "Clients a listener closed because they would have taken the descriptors Tern keeps in reserve (error.type descriptor_reserve), and accept() calls that failed (too_many_open_files, or .NET's SocketError)");
 
@@ -112,98 +111,10 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
         or SocketError.HostDown or SocketError.HostUnreachable or SocketError.ProtocolOption or SocketError.ProtocolType
         or SocketError.OperationNotSupported;
 
-    /// <summary>The process's limit on open files (RLIMIT_NOFILE), read without opening one; null if it cannot be read.</summary>
-    internal static ulong? OpenFileLimit()
-    {
-        try
-        {
-            return GetRLimit(RLimitNoFile, out var limit) == 0 ? limit.Current : null;
-        }
-        catch (Exception ex) when (ex is DllNotFoundException or EntryPointNotFoundException)
-        {
-            return null;
-        }
-    }
-
-    private const int RLimitNoFile = 7; // Linux, every architecture .NET runs on
-
-    [StructLayout(LayoutKind.Sequential)]
-    private struct RLimit
-    {
-        public ulong Current;
-        public ulong Maximum;
-    }
-
-    [LibraryImport("libc", EntryPoint = "getrlimit")]
-    private static partial int GetRLimit(int resource, out RLimit limit);
-
     /// <summary>The lowest descriptor number free now (what the next accept() would get); int.MaxValue if none is.</summary>
-    internal static int LowestFreeDescriptor(Socket socket) => LowestFreeDescriptor((int)socket.Handle);
+    internal static int LowestFreeDescriptor(Socket socket) => OpenFiles.LowestFree((int)socket.Handle);
 
-    /// <summary>The lowest descriptor number free now, found by duplicating <paramref name="open"/>, an open one.</summary>
-    internal static int LowestFreeDescriptor(int open)
-    {
-        try
-        {
-            var probe = Dup(open);
-            if (probe < 0)
-            {
-                return int.MaxValue;
-            }
-
-            _ = Close(probe);
-            return probe;
-        }
-        catch (Exception ex) when (ex is DllNotFoundException or EntryPointNotFoundException)
-        {
-            return 0;
-        }
-    }
-
-    [LibraryImport("libc", EntryPoint = "dup")]
-    private static partial int Dup(int descriptor);
-
-    [LibraryImport("libc", EntryPoint = "close")]
-    private static partial int Close(int descriptor);
-
-    /// <summary>
-    /// The descriptors clients may not take: the top eighth of the open-file limit, at least 64.
-    /// Descriptors are numbered from 0 and each new one gets the lowest number free, so a client
-    /// socket numbered at or above <see cref="Floor"/> means fewer than <see cref="Reserve"/> are left.
-    /// Upstream connections may take the lower half of the reserve, up to <see cref="UpstreamFloor"/>
-    /// (UpstreamHttpClientFactory);
-    /// the upper half is kept for the runtime's threads, files and the management listener.
-    /// </summary>
-    internal sealed class DescriptorReserve
-    {
-        public int Limit { get; private set; } = int.MaxValue;
-
-        public int Reserve { get; private set; }
-
-        public int Floor { get; private set; } = int.MaxValue;
-
-        /// <summary>The lowest descriptor a new upstream connection may not take, read now.</summary>
-        public static int UpstreamFloor()
-        {
-            var limit = CurrentLimit();
-            return limit - (ReserveOf(limit) / 2);
-        }
-
-        /// <summary>Reads the limit again (an operator may change it with prlimit).</summary>
-        public void Refresh()
-        {
-            var limit = CurrentLimit();
-            Reserve = ReserveOf(limit);
-            Floor = limit - Reserve;
-            Limit = limit;
-        }
-
-        private static int CurrentLimit() => (int)Math.Min(OpenFileLimit() ?? int.MaxValue, int.MaxValue);
-
-        private static int ReserveOf(int limit) => Math.Max(64, limit / 8);
-    }
-
-    private sealed class Listener(Socket socket, SocketConnectionContextFactory factory, bool noDelay, int backlog, DescriptorReserve? reserve, Counter<long> errors, ILogger logger) : IConnectionListener
+    private sealed class Listener(Socket socket, SocketConnectionContextFactory factory, bool noDelay, int backlog, OpenFiles.Reserve? reserve, Counter<long> errors, ILogger logger) : IConnectionListener
     {
         private readonly CancellationTokenSource _unbound = new();
         private readonly string _endpoint = socket.LocalEndPoint?.ToString() ?? "?";
@@ -282,7 +193,7 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
                 if (reserve is not null && (long)accepted.Handle >= reserve.Floor)
                 {
                     accepted.Dispose();
-                    Failed($"fewer than {reserve.Reserve} of its {reserve.Limit} descriptors are left, which Tern keeps for upstream connections, files and its own threads; the client it accepted into them was closed", "descriptor_reserve");
+                    Failed($"fewer than {reserve.Size} of its {reserve.Limit} descriptors are left, which Tern keeps for upstream connections, files and its own threads; the client it accepted into them was closed", "descriptor_reserve");
                     _waitForDescriptors = true;
                     continue;
                 }
@@ -344,7 +255,7 @@ internal sealed partial class SocketTransport(IOptions<SocketTransportOptions> o
                 return;
             }
 
-            var advice = $"Tern may open {(OpenFileLimit() is { } limit ? limit.ToString(CultureInfo.InvariantCulture) : "only so many")} files (RLIMIT_NOFILE; the system's limit is fs.file-max): raise the limit (ulimit -n, systemd's LimitNOFILE, the container runtime's nofile), or cap connections with Kestrel:Limits:MaxConcurrentConnections.";
+            var advice = $"Tern may open {(OpenFiles.Limit() is { } limit ? limit.ToString(CultureInfo.InvariantCulture) : "only so many")} files (RLIMIT_NOFILE; the system's limit is fs.file-max): raise the limit (ulimit -n, systemd's LimitNOFILE, the container runtime's nofile), or cap connections with Kestrel:Limits:MaxConcurrentConnections.";
             if (_failures > 1)
             {
                 reason += string.Create(CultureInfo.InvariantCulture, $" ({_failures} times in {(now - _firstFailure) / 1000.0:0.0} s)");

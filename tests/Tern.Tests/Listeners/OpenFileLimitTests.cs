@@ -182,6 +182,21 @@ public sealed class OpenFileLimitTests
         }
     }
 
+    /// <summary>
+    /// Below the least limit Tern can serve with, it stops at once with one line naming the limit.
+    /// It used to die on whichever assembly it could not open first, with a stack trace that said
+    /// the file was missing.
+    /// </summary>
+    [Fact]
+    public async Task TooLowALimit_StopsStartUpWithOneLineNamingIt()
+    {
+        var environment = new Dictionary<string, string> { ["Tern__Https__Port"] = FreePort.Next().ToString(CultureInfo.InvariantCulture) };
+        await using var tern = TernProcess.StartWithOpenFileLimit(150, environment);
+        Assert.Equal(1, await tern.WaitForExitAsync(TimeSpan.FromSeconds(30)));
+        Assert.StartsWith("error: Tern may open only 150 files (RLIMIT_NOFILE) and needs at least 400: ", tern.Output, StringComparison.Ordinal);
+        Assert.Equal(2, tern.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries).Length);
+    }
+
     /// <summary>User and system CPU seconds the process has used (/proc, in clock ticks of 1/100 s).</summary>
     private static double CpuSeconds(int pid)
     {
