@@ -388,6 +388,11 @@ public static class TernHost
             TernLog.KestrelAcceptLoop(logger);
         }
 
+        if (!OpenFiles.OpenProbe())
+        {
+            TernLog.NoDescriptorProbe(logger);
+        }
+
         var (spinLimit, spinSource) = ThreadPoolSpin.Effective();
         TernLog.ThreadPoolSpinLimit(logger, spinLimit, spinSource);
 

@@ -78,7 +78,7 @@ internal static partial class TernLog
     [LoggerMessage(305, LogLevel.Information, "{Method} {Path}: the upgraded connection (a WebSocket, say) carried nothing for the cluster's HttpRequest:ActivityTimeout and was closed (route {Route}, cluster {Cluster}, destination {Destination})")]
     public static partial void UpgradeIdleClosed(ILogger logger, string method, string path, string route, string cluster, string destination);
 
-    [LoggerMessage(306, LogLevel.Information, "{Method} {Path}: the client read nothing more of its {Status} response for the cluster's HttpRequest:ActivityTimeout, so its connection was closed (route {Route}, cluster {Cluster}, destination {Destination})")]
+    [LoggerMessage(306, LogLevel.Information, "{Method} {Path}: the client read nothing more of its {Status} response for the cluster's HttpRequest:ActivityTimeout, so Tern ended it (its connection over HTTP/1.1, its stream over HTTP/2) (route {Route}, cluster {Cluster}, destination {Destination})")]
     public static partial void ClientStoppedReading(ILogger logger, string method, string path, int status, string route, string cluster, string destination);
 
     [LoggerMessage(304, LogLevel.Warning, "{Method} {Path} was cut short after its {Status} response began: {Reason} (route {Route}, cluster {Cluster}, destination {Destination}): {Detail}")]
@@ -113,4 +113,7 @@ internal static partial class TernLog
 
     [LoggerMessage(409, LogLevel.Warning, "This runtime's Kestrel lacks what Tern's accept loop needs (SocketConnectionFactoryOptions(SocketTransportOptions)); Kestrel's own loop accepts connections, and spins if the process runs out of files")]
     public static partial void KestrelAcceptLoop(ILogger logger);
+
+    [LoggerMessage(410, LogLevel.Warning, "Tern could not open /dev/null, with which it counts its free descriptors: new upstream connections may take the last of its descriptors (see README, Listeners)")]
+    public static partial void NoDescriptorProbe(ILogger logger);
 }

@@ -75,6 +75,8 @@ internal static class ProxyErrorResponses
         // left shows as ResponseBodyCanceled, when RequestAborted cancels the copy, or as the
         // write's I/O error). Kestrel aborts a connection whose write was cancelled, so
         // RequestAborted is set here too on the SslStream engine: it does not mean the client left.
+        // (Should that abort reach YARP's copy before YARP reads why it was cancelled, YARP reports
+        // ResponseBodyCanceled and this is logged as 499; not seen in about 130 tries.)
         if (error.Error == ForwarderError.ResponseBodyClient
             && Find<OperationCanceledException>(error.Exception) is { } cancelled && cancelled is not ConnectionAbortedException)
         {
@@ -282,6 +284,11 @@ internal static class ProxyErrorResponses
         if (exception is null)
         {
             return "-";
+        }
+
+        if (Find<UpstreamHttpClientFactory.ReserveException>(exception) is { } reserve)
+        {
+            return reserve.Message;
         }
 
         if (IsOwnFileLimit(exception))

@@ -1,6 +1,5 @@
 using System.Net.Http;
 using System.Net.Sockets;
-using Microsoft.Win32.SafeHandles;
 using Tern.Proxy.Configuration;
 using Tern.Proxy.Listeners;
 using Yarp.ReverseProxy.Forwarder;
@@ -18,13 +17,13 @@ namespace Tern.Proxy.Forwarding;
 /// a limit of 500 files left none, and the runtime then aborted the process ("Out of memory.") when it
 /// could not start a thread, and the management listener could not accept a probe. So a new upstream
 /// connection is refused, as if the limit itself were met (a 503 naming it), once fewer than half the
-/// reserve is free. The check is one dup() and close() of a descriptor held for it, made only when a
-/// request needs a new connection; pooled ones are reused without it.
+/// reserve is free. The check is one getrlimit(), dup() and close() of a descriptor held for it
+/// (OpenFiles.OpenProbe, at start), made only when a request needs a new connection; pooled ones are
+/// reused without it. It counts the descriptors in use before the connect, not those the connect
+/// takes on the way (a host name's resolution), and HTTP/3 upstreams do not pass through it.
 /// </remarks>
 internal sealed class UpstreamHttpClientFactory(ActiveConfiguration active) : ForwarderHttpClientFactory
 {
-    private static readonly SafeFileHandle? s_probe = OpenProbe();
-
     // Start-only (see TernSettings.StartOnlySettings): YARP rebuilds a client only when its cluster changes.
     protected override void ConfigureHandler(ForwarderHttpClientContext context, SocketsHttpHandler handler)
     {
@@ -36,9 +35,11 @@ internal sealed class UpstreamHttpClientFactory(ActiveConfiguration active) : Fo
     /// <summary>What SocketsHttpHandler does without a callback, after the descriptor check.</summary>
     internal static async ValueTask<Stream> ConnectAsync(SocketsHttpConnectionContext context, CancellationToken cancellationToken)
     {
-        if (DescriptorsShort())
+        // The limit is read each time (getrlimit): an operator may change it (prlimit).
+        var (floor, limit) = OpenFiles.Reserve.UpstreamFloor();
+        if (OpenFiles.LowestFree() >= floor)
         {
-            throw new SocketException((int)SocketError.TooManyOpenSockets);
+            throw new ReserveException(floor, limit);
         }
 
         var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
@@ -54,27 +55,11 @@ internal sealed class UpstreamHttpClientFactory(ActiveConfiguration active) : Fo
         }
     }
 
-    /// <summary>Whether a new connection would leave fewer than half the reserve free.</summary>
-    internal static bool DescriptorsShort()
-    {
-        if (s_probe is null)
-        {
-            return false;
-        }
-
-        // The limit is read each time (getrlimit): an operator may change it (prlimit).
-        return OpenFiles.LowestFree((int)s_probe.DangerousGetHandle()) >= OpenFiles.Reserve.UpstreamFloor();
-    }
-
-    private static SafeFileHandle? OpenProbe()
-    {
-        try
-        {
-            return File.OpenHandle("/dev/null");
-        }
-        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
-        {
-            return null; // no check: the process's limit itself still refuses the connection
-        }
-    }
+    /// <summary>
+    /// A new upstream connection refused because it would take the last half of the reserve: the
+    /// same error as the limit itself (a 503, not counted against the destination), with a message
+    /// that says which.
+    /// </summary>
+    internal sealed class ReserveException(int floor, int limit) : SocketException((int)SocketError.TooManyOpenSockets,
+        $"fewer than {limit - floor} of Tern's {limit} descriptors (RLIMIT_NOFILE) were free, which it keeps for its own threads and files and the management listener, not for upstream connections");
 }

@@ -29,6 +29,46 @@ internal static partial class OpenFiles
         }
     }
 
+    // A descriptor of Tern's own to duplicate, opened at start while descriptors are free: /dev/null,
+    // opened by open(2) itself (File.OpenHandle would also take a shared flock on it).
+    private static int s_probe = -1;
+
+    /// <summary>Opens the descriptor <see cref="LowestFree()"/> duplicates, once; false if it cannot.</summary>
+    public static bool OpenProbe()
+    {
+        if (Volatile.Read(ref s_probe) >= 0)
+        {
+            return true;
+        }
+
+        try
+        {
+            var descriptor = Open("/dev/null", OpenReadOnly | OpenCloseOnExec);
+            if (descriptor < 0)
+            {
+                return false;
+            }
+
+            if (Interlocked.CompareExchange(ref s_probe, descriptor, -1) != -1)
+            {
+                _ = Close(descriptor);
+            }
+
+            return true;
+        }
+        catch (Exception ex) when (ex is DllNotFoundException or EntryPointNotFoundException)
+        {
+            return false;
+        }
+    }
+
+    /// <summary>The lowest descriptor number free now; 0 (nothing known) if <see cref="OpenProbe"/> did not succeed.</summary>
+    public static int LowestFree()
+    {
+        var probe = Volatile.Read(ref s_probe);
+        return probe >= 0 ? LowestFree(probe) : 0;
+    }
+
     /// <summary>The lowest descriptor number free now, found by duplicating <paramref name="open"/>, an open one; int.MaxValue if none is.</summary>
     public static int LowestFree(int open)
     {
@@ -61,6 +101,12 @@ internal static partial class OpenFiles
     [LibraryImport("libc", EntryPoint = "getrlimit")]
     private static partial int GetRLimit(int resource, out RLimit limit);
 
+    private const int OpenReadOnly = 0;
+    private const int OpenCloseOnExec = 0x80000; // O_CLOEXEC on Linux, x64 and arm64 alike
+
+    [LibraryImport("libc", EntryPoint = "open", StringMarshalling = StringMarshalling.Utf8)]
+    private static partial int Open(string path, int flags);
+
     [LibraryImport("libc", EntryPoint = "dup")]
     private static partial int Dup(int descriptor);
 
@@ -83,11 +129,11 @@ internal static partial class OpenFiles
 
         public int Floor { get; private set; } = int.MaxValue;
 
-        /// <summary>The lowest descriptor a new upstream connection may not take, read now.</summary>
-        public static int UpstreamFloor()
+        /// <summary>The lowest descriptor a new upstream connection may not take, and the limit, read now.</summary>
+        public static (int Floor, int Limit) UpstreamFloor()
         {
             var limit = CurrentLimit();
-            return limit - (SizeOf(limit) / 2);
+            return (limit - (SizeOf(limit) / 2), limit);
         }
 
         /// <summary>Reads the limit again (an operator may change it with prlimit).</summary>
