@@ -22,15 +22,7 @@ public sealed class OpenFileLimitTests
     public async Task NearTheFileLimit_AcceptingWaitsWithoutSpinning_IsLoggedOnce_OpenConnectionsAreServed_AndItRecovers()
     {
         await using var upstream = await TestUpstream.StartAsync();
-        var ports = new Dictionary<string, int>
-        {
-            ["Https"] = FreePort.Next(),
-            ["Http"] = FreePort.Next(),
-            ["Management"] = FreePort.Next(),
-        };
-        var environment = ports.ToDictionary(p => $"Tern__{p.Key}__Port", p => p.Value.ToString(CultureInfo.InvariantCulture));
-        environment["Tern__Demo__Enabled"] = "false";
-        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = upstream.Address.ToString();
+        var (ports, environment) = Settings(upstream);
         environment["Tern__Tls__HandshakeTimeout"] = "00:02:00"; // the held clients never start one
         await using var tern = TernProcess.StartWithOpenFileLimit(OpenFileLimit, environment);
         await tern.WaitUntilServingAsync(ports["Management"]);
@@ -121,15 +113,7 @@ public sealed class OpenFileLimitTests
     public async Task UpstreamConnectionsPastTheReserve_Get503_LeaveTheProcessAndProbesRunning_AndDoNotFailTheDestination()
     {
         await using var upstream = await TestUpstream.StartAsync();
-        var ports = new Dictionary<string, int>
-        {
-            ["Https"] = FreePort.Next(),
-            ["Http"] = FreePort.Next(),
-            ["Management"] = FreePort.Next(),
-        };
-        var environment = ports.ToDictionary(p => $"Tern__{p.Key}__Port", p => p.Value.ToString(CultureInfo.InvariantCulture));
-        environment["Tern__Demo__Enabled"] = "false";
-        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = upstream.Address.ToString();
+        var (ports, environment) = Settings(upstream);
         environment["ReverseProxy__Clusters__app__HealthCheck__Passive__Enabled"] = "true";
         environment["ReverseProxy__Clusters__app__HealthCheck__Passive__ReactivationPeriod"] = "00:05:00";
         environment["ReverseProxy__Clusters__app__HealthCheck__Active__Enabled"] = "true";
@@ -199,6 +183,21 @@ public sealed class OpenFileLimitTests
         Assert.Equal(1, await tern.WaitForExitAsync(TimeSpan.FromSeconds(30)));
         Assert.StartsWith("error: Tern may open only 150 files (RLIMIT_NOFILE) and needs at least 400: ", tern.Output, StringComparison.Ordinal);
         Assert.Equal(2, tern.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries).Length);
+    }
+
+    /// <summary>Free ports for Tern's listeners, and the environment that sets them and the upstream.</summary>
+    private static (Dictionary<string, int> Ports, Dictionary<string, string> Environment) Settings(TestUpstream upstream)
+    {
+        var ports = new Dictionary<string, int>
+        {
+            ["Https"] = FreePort.Next(),
+            ["Http"] = FreePort.Next(),
+            ["Management"] = FreePort.Next(),
+        };
+        var environment = ports.ToDictionary(p => $"Tern__{p.Key}__Port", p => p.Value.ToString(CultureInfo.InvariantCulture));
+        environment["Tern__Demo__Enabled"] = "false";
+        environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = upstream.Address.ToString();
+        return (ports, environment);
     }
 
     /// <summary>User and system CPU seconds the process has used (/proc, in clock ticks of 1/100 s).</summary>
