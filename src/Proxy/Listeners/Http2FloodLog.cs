@@ -3,8 +3,8 @@ namespace Tern.Proxy.Listeners;
 /// <summary>
 /// Kestrel's line for an HTTP/2 client that resets streams faster than Kestrel can clear them
 /// (event 60, "exceeded the output operations maximum queue size"), at most once per
-/// <see cref="Every"/> and at Warning, with how many were left out (counted until the next such
-/// line, which says so).
+/// <see cref="Every"/> and at Warning; at the end of that time, one more line says how many were
+/// left out, if any were.
 /// </summary>
 /// <remarks>
 /// Kestrel closes such a connection, as it should, but logs the event at Critical, and again for
@@ -30,33 +30,67 @@ internal sealed class Http2FloodLog(ILoggerFactory inner, TimeSpan? every = null
     private long _nextAt;
     private int _leftOut;
 
+    // The category's own logger, which writes the count at the end of a window, and the timer that
+    // does it (armed by the first line left out in a window).
+    private ILogger? _writer;
+    private Timer? _timer;
+
     public ILogger CreateLogger(string categoryName)
     {
         var logger = inner.CreateLogger(categoryName);
-        return categoryName == Category ? new Logger(logger, this) : logger;
+        if (categoryName != Category)
+        {
+            return logger;
+        }
+
+        _writer ??= logger;
+        return new Logger(logger, this);
     }
 
     public void AddProvider(ILoggerProvider provider) => inner.AddProvider(provider);
 
-    public void Dispose() => inner.Dispose();
+    public void Dispose()
+    {
+        _timer?.Dispose();
+        inner.Dispose();
+    }
 
-    /// <summary>Whether to write this one; if so, how many were left out since the last.</summary>
-    private bool Take(out int leftOut)
+    /// <summary>Whether to write this one; if not, it is counted, for the window's end.</summary>
+    private bool Take()
     {
         var now = Environment.TickCount64;
         lock (_lock)
         {
             if (now < _nextAt)
             {
-                _leftOut++;
-                leftOut = 0;
+                if (++_leftOut == 1)
+                {
+                    _timer ??= new Timer(static s => ((Http2FloodLog)s!).Flush(), this, Timeout.Infinite, Timeout.Infinite);
+                    _timer.Change(_nextAt - now, Timeout.Infinite);
+                }
+
                 return false;
             }
 
             _nextAt = now + _everyMs;
+            return true;
+        }
+    }
+
+    /// <summary>At a window's end: how many lines were left out in it.</summary>
+    private void Flush()
+    {
+        int leftOut;
+        lock (_lock)
+        {
             leftOut = _leftOut;
             _leftOut = 0;
-            return true;
+        }
+
+        if (leftOut > 0 && _writer is { } writer && writer.IsEnabled(LogLevel.Warning))
+        {
+            writer.Log(LogLevel.Warning, new EventId(EventId), leftOut, null,
+                (n, _) => $"Kestrel's line for an HTTP/2 flood (event 60) came {n} more time{(n == 1 ? "" : "s")} in the {_everyMs / 1000.0:0.#} s after the last one written, and was left out.");
         }
     }
 
@@ -76,10 +110,10 @@ internal sealed class Http2FloodLog(ILoggerFactory inner, TimeSpan? every = null
                 return;
             }
 
-            if (owner.Take(out var leftOut) && inner.IsEnabled(LogLevel.Warning))
+            if (owner.Take() && inner.IsEnabled(LogLevel.Warning))
             {
                 // The exception only repeats the message; it was never thrown, so it has no stack.
-                var suffix = $" Kestrel closed it: the client reset HTTP/2 streams faster than they could be cleared (a flood). At most one such line every {owner._everyMs / 1000.0:0.#} s{(leftOut > 0 ? $"; {leftOut} left out since the last" : "")}.";
+                var suffix = $" Kestrel closed it: the client reset HTTP/2 streams faster than they could be cleared (a flood). At most one such line every {owner._everyMs / 1000.0:0.#} s; how many more came follows at the end of that time.";
                 inner.Log(LogLevel.Warning, eventId, state, null, (s, _) => formatter(s, null) + suffix);
             }
         }
