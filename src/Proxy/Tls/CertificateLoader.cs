@@ -22,6 +22,12 @@ internal static class CertificateLoader
         return System.Text.Encoding.ASCII.GetBytes(pem.ToString());
     }
 
+    // The last certificate parsed under each name, with a digest of the two files' text it came
+    // from. A reload reads every file again, to see a renewal, but parses only what changed: with
+    // 200 certificates, parsing them all again took about 1.2 ms of CPU each on every reload, a
+    // route's change as much as a certificate's.
+    private static readonly System.Collections.Concurrent.ConcurrentDictionary<string, (byte[] Digest, X509Certificate2 Leaf, X509Certificate2Collection Chain)> s_parsed = new();
+
     public static ServerCertificate? Load(CertificateSettings settings, string keyPrefix, List<ConfigurationProblem> problems)
     {
         var certificateKey = $"{keyPrefix}:CertificatePath";
@@ -32,6 +38,35 @@ internal static class CertificateLoader
         {
             return null;
         }
+
+        var digest = Digest(certificateText, keyText);
+        if (s_parsed.TryGetValue(settings.Name, out var parsed) && CryptographicOperations.FixedTimeEquals(parsed.Digest, digest))
+        {
+            return new ServerCertificate(settings.Name, parsed.Leaf, parsed.Chain, settings.Hosts);
+        }
+
+        var loaded = Parse(settings, certificateText, keyText, certificateKey, keyKey, problems);
+        if (loaded is not null)
+        {
+            s_parsed[settings.Name] = (digest, loaded.Certificate, loaded.Chain);
+        }
+
+        return loaded;
+    }
+
+    private static byte[] Digest(string certificateText, string keyText)
+    {
+        using var digest = IncrementalHash.CreateHash(HashAlgorithmName.SHA256);
+        digest.AppendData(System.Text.Encoding.UTF8.GetBytes(certificateText));
+        digest.AppendData([0]);
+        var key = System.Text.Encoding.UTF8.GetBytes(keyText);
+        digest.AppendData(key);
+        CryptographicOperations.ZeroMemory(key);
+        return digest.GetHashAndReset();
+    }
+
+    private static ServerCertificate? Parse(CertificateSettings settings, string certificateText, string keyText, string certificateKey, string keyKey, List<ConfigurationProblem> problems)
+    {
 
         var certificates = new X509Certificate2Collection();
         try

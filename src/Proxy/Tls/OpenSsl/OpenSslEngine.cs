@@ -43,7 +43,73 @@ internal sealed class OpenSslEngine
         }
     }
 
-    /// <summary>The native server for this configuration, built on first use.</summary>
+    private readonly Lock _lock = new();
+
+    // The last server built, and what it was built from (see Identity).
+    private (byte[] Identity, OpenSslServer Server)? _last;
+
+    /// <summary>
+    /// The native server for this configuration, built on first use, or the last one built when
+    /// this configuration's TLS is the same. Building one creates a context per certificate, about
+    /// 1.8 ms each with OpenSSL 3.0: with 200 certificates every reload cost about 0.4 CPU seconds,
+    /// a change to a route as much as one to a certificate.
+    /// </summary>
     public OpenSslServer ServerFor(ConfigurationSnapshot snapshot) =>
-        _servers.GetValue(snapshot, s => new OpenSslServer(s.Certificates, s_alpn, s.SessionTicketKeys.IsEmpty ? _processTicketKey : s.SessionTicketKeys, s.ClientCertificates));
+        _servers.GetValue(snapshot, s =>
+        {
+            var ticketKeys = s.SessionTicketKeys.IsEmpty ? _processTicketKey : s.SessionTicketKeys;
+            var identity = Identity(s.Certificates, ticketKeys, s.ClientCertificates);
+            lock (_lock)
+            {
+                if (_last is { } last && last.Identity.AsSpan().SequenceEqual(identity))
+                {
+                    return last.Server;
+                }
+            }
+
+            var server = new OpenSslServer(s.Certificates, s_alpn, ticketKeys, s.ClientCertificates);
+            lock (_lock)
+            {
+                _last = (identity, server);
+            }
+
+            return server;
+        });
+
+    /// <summary>
+    /// A digest of everything a server's contexts are built from: each certificate's name, hosts,
+    /// leaf and chain (a leaf fixes its key), which one is the default, the ticket keys and the
+    /// client-certificate settings.
+    /// </summary>
+    internal static byte[] Identity(CertificateSet certificates, ReadOnlyMemory<byte> ticketKeys, ClientCertificateTrust clientCertificates)
+    {
+        using var digest = System.Security.Cryptography.IncrementalHash.CreateHash(System.Security.Cryptography.HashAlgorithmName.SHA256);
+        void Add(ReadOnlySpan<byte> bytes)
+        {
+            Span<byte> length = stackalloc byte[4];
+            System.Buffers.Binary.BinaryPrimitives.WriteInt32LittleEndian(length, bytes.Length);
+            digest.AppendData(length);
+            digest.AppendData(bytes);
+        }
+
+        void AddText(string text) => Add(System.Text.Encoding.UTF8.GetBytes(text));
+
+        AddText(certificates.Default.Name);
+        foreach (var certificate in certificates.All)
+        {
+            AddText(certificate.Name);
+            AddText(string.Join('\n', certificate.Hosts));
+            Add(certificate.Certificate.RawDataMemory.Span);
+            AddText(certificate.Chain.Count.ToString(System.Globalization.CultureInfo.InvariantCulture));
+            foreach (var intermediate in certificate.Chain)
+            {
+                Add(intermediate.RawDataMemory.Span);
+            }
+        }
+
+        Add(ticketKeys.Span);
+        AddText(clientCertificates.Mode.ToString());
+        Add(clientCertificates.Pem.Span);
+        return digest.GetHashAndReset();
+    }
 }
