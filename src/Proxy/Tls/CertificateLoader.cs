@@ -26,7 +26,7 @@ internal static class CertificateLoader
     // from. A reload reads every file again, to see a renewal, but parses only what changed: with
     // 200 certificates, parsing them all again took about 1.2 ms of CPU each on every reload, a
     // route's change as much as a certificate's.
-    private static readonly System.Collections.Concurrent.ConcurrentDictionary<string, (byte[] Digest, X509Certificate2 Leaf, X509Certificate2Collection Chain)> s_parsed = new();
+    private static readonly System.Collections.Concurrent.ConcurrentDictionary<string, (byte[] Digest, ServerCertificate Certificate)> s_parsed = new();
 
     public static ServerCertificate? Load(CertificateSettings settings, string keyPrefix, List<ConfigurationProblem> problems)
     {
@@ -42,13 +42,22 @@ internal static class CertificateLoader
         var digest = Digest(certificateText, keyText);
         if (s_parsed.TryGetValue(settings.Name, out var parsed) && CryptographicOperations.FixedTimeEquals(parsed.Digest, digest))
         {
-            return new ServerCertificate(settings.Name, parsed.Leaf, parsed.Chain, settings.Hosts);
+            // The same files: the same certificate, and with the same hosts the same object, whose
+            // SslStream context (built with it) is kept too.
+            var same = parsed.Certificate;
+            if (!same.Hosts.SequenceEqual(settings.Hosts))
+            {
+                same = new ServerCertificate(settings.Name, same.Certificate, same.Chain, settings.Hosts);
+                s_parsed[settings.Name] = (digest, same);
+            }
+
+            return same;
         }
 
         var loaded = Parse(settings, certificateText, keyText, certificateKey, keyKey, problems);
         if (loaded is not null)
         {
-            s_parsed[settings.Name] = (digest, loaded.Certificate, loaded.Chain);
+            s_parsed[settings.Name] = (digest, loaded);
         }
 
         return loaded;

@@ -21,6 +21,7 @@ public sealed class OpenSslEngineTests
             var pair = TestPki.Create("reused", ["reused.test"], folder);
             var settings = new CertificateSettings($"reused-{Guid.NewGuid():N}", pair.CertificatePath, pair.KeyPath, ["reused.test"]);
             var first = Load(settings);
+            Assert.Same(first, Load(settings)); // with its SslStream context
             var again = Load(settings with { Hosts = ["reused.test", "other.test"] });
             Assert.Same(first.Certificate, again.Certificate);
             Assert.Equal(["reused.test", "other.test"], again.Hosts);
