@@ -34,6 +34,7 @@ internal sealed class Http2FloodLog(ILoggerFactory inner, TimeSpan? every = null
     // does it (armed by the first line left out in a window).
     private ILogger? _writer;
     private Timer? _timer;
+    private bool _disposed;
 
     public ILogger CreateLogger(string categoryName)
     {
@@ -51,19 +52,28 @@ internal sealed class Http2FloodLog(ILoggerFactory inner, TimeSpan? every = null
 
     public void Dispose()
     {
+        lock (_lock)
+        {
+            _disposed = true;
+        }
+
         _timer?.Dispose();
         inner.Dispose();
     }
 
-    /// <summary>Whether to write this one; if not, it is counted, for the window's end.</summary>
-    private bool Take()
+    /// <summary>
+    /// Whether to write this one; if not, it is counted, for the window's end. A line that opens a
+    /// new window first takes the last window's count, if its timer has not written it yet.
+    /// </summary>
+    private bool Take(out int lastWindow)
     {
         var now = Environment.TickCount64;
         lock (_lock)
         {
             if (now < _nextAt)
             {
-                if (++_leftOut == 1)
+                lastWindow = 0;
+                if (++_leftOut == 1 && !_disposed)
                 {
                     _timer ??= new Timer(static s => ((Http2FloodLog)s!).Flush(), this, Timeout.Infinite, Timeout.Infinite);
                     _timer.Change(_nextAt - now, Timeout.Infinite);
@@ -73,24 +83,41 @@ internal sealed class Http2FloodLog(ILoggerFactory inner, TimeSpan? every = null
             }
 
             _nextAt = now + _everyMs;
+            lastWindow = _leftOut;
+            _leftOut = 0;
             return true;
         }
     }
 
-    /// <summary>At a window's end: how many lines were left out in it.</summary>
+    /// <summary>At a window's end (the timer): how many lines were left out in it.</summary>
     private void Flush()
     {
         int leftOut;
         lock (_lock)
         {
-            leftOut = _leftOut;
+            leftOut = _disposed ? 0 : _leftOut;
             _leftOut = 0;
         }
 
-        if (leftOut > 0 && _writer is { } writer && writer.IsEnabled(LogLevel.Warning))
+        WriteCount(_writer, leftOut);
+    }
+
+    private void WriteCount(ILogger? writer, int leftOut)
+    {
+        if (leftOut == 0 || writer is null || !writer.IsEnabled(LogLevel.Warning))
+        {
+            return;
+        }
+
+        try
         {
             writer.Log(LogLevel.Warning, new EventId(EventId), leftOut, null,
                 (n, _) => $"Kestrel's line for an HTTP/2 flood (event 60) came {n} more time{(n == 1 ? "" : "s")} in the {_everyMs / 1000.0:0.#} s after the last one written, and was left out.");
+        }
+        catch (Exception)
+        {
+            // On the timer's thread an exception would end the process; a logger that fails
+            // (a full disk, say) loses this line, as it loses any other.
         }
     }
 
@@ -110,8 +137,9 @@ internal sealed class Http2FloodLog(ILoggerFactory inner, TimeSpan? every = null
                 return;
             }
 
-            if (owner.Take() && inner.IsEnabled(LogLevel.Warning))
+            if (owner.Take(out var lastWindow) && inner.IsEnabled(LogLevel.Warning))
             {
+                owner.WriteCount(inner, lastWindow);
                 // The exception only repeats the message; it was never thrown, so it has no stack.
                 var suffix = $" Kestrel closed it: the client reset HTTP/2 streams faster than they could be cleared (a flood). At most one such line every {owner._everyMs / 1000.0:0.#} s; how many more came follows at the end of that time.";
                 inner.Log(LogLevel.Warning, eventId, state, null, (s, _) => formatter(s, null) + suffix);

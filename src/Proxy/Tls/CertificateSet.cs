@@ -56,6 +56,7 @@ public sealed class CertificateSet
             }
         }
 
+        CertificateLoader.Forget(settings.Select(s => s.Name));
         if (loaded.Count != settings.Count || loaded.Count == 0)
         {
             return null;

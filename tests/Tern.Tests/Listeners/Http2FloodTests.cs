@@ -68,6 +68,43 @@ public sealed class Http2FloodTests
             capture.Lines);
     }
 
+    /// <summary>The count is written on a timer's thread, where a logger's exception would end the process.</summary>
+    [Fact]
+    public async Task ALoggerThatThrows_DoesNotEndTheProcessAtTheWindowsEnd()
+    {
+        var failing = new FailingProvider();
+        using var factory = new Http2FloodLog(LoggerFactory.Create(b => b.AddProvider(failing)), TimeSpan.FromMilliseconds(200));
+        var logger = factory.CreateLogger(Http2FloodLog.Category);
+        Assert.ThrowsAny<Exception>(() => logger.Log(LogLevel.Critical, new EventId(60), "flood one", null, (s, _) => s)); // to the caller, as before
+        logger.Log(LogLevel.Critical, new EventId(60), "flood two", null, (s, _) => s); // left out: the timer is armed
+        await Task.Delay(600);
+        Assert.Equal(2, failing.Calls); // the count was tried, and its exception went nowhere
+    }
+
+    private sealed class FailingProvider : ILoggerProvider, ILogger
+    {
+        private int _calls;
+
+        public int Calls => Volatile.Read(ref _calls);
+
+        public ILogger CreateLogger(string categoryName) => this;
+
+        public void Dispose()
+        {
+        }
+
+        public IDisposable? BeginScope<TState>(TState state)
+            where TState : notnull => null;
+
+        public bool IsEnabled(LogLevel logLevel) => true;
+
+        public void Log<TState>(LogLevel logLevel, EventId eventId, TState state, Exception? exception, Func<TState, Exception?, string> formatter)
+        {
+            Interlocked.Increment(ref _calls);
+            throw new IOException("disk full");
+        }
+    }
+
     private static async Task FloodAsync(int port)
     {
         await using var client = await RawHttp.ConnectAsync(port, http2: true);

@@ -10,6 +10,11 @@ namespace Tern.Tests.Tls;
 /// what they come from changed: with 200 certificates, doing it all again cost about 0.4 CPU
 /// seconds per reload, for a route's change as much as for a certificate's.
 /// </summary>
+/// <remarks>
+/// Runs alone: the parsed certificates are kept per process, and a Tern loading its own set in a
+/// parallel test drops the names it does not have (CertificateLoader.Forget).
+/// </remarks>
+[Collection(nameof(RunsAlone))]
 public sealed class OpenSslEngineTests
 {
     [Fact]
@@ -59,6 +64,12 @@ public sealed class OpenSslEngineTests
         var renewed = engine.ServerFor(Load("/b/{**rest}", "c.test", pair)); // a new certificate
         Assert.NotSame(moved, renewed);
         Assert.Same(renewed, engine.ServerFor(Load("/c/{**rest}", "c.test", pair)));
+
+        // Other inputs of the contexts: the ticket keys and the client-certificate settings.
+        var certificates = Load("/c/{**rest}", "c.test", pair).Certificates;
+        var none = Proxy.Tls.ClientCertificateTrust.None;
+        Assert.Equal(OpenSslEngine.Identity(certificates, new byte[80], none), OpenSslEngine.Identity(certificates, new byte[80], none));
+        Assert.NotEqual(OpenSslEngine.Identity(certificates, new byte[80], none), OpenSslEngine.Identity(certificates, Enumerable.Repeat((byte)1, 80).ToArray(), none));
     }
 
     private static ConfigurationSnapshot Load(string routePath, string secondHost, PemPair second)

@@ -51,8 +51,8 @@ internal sealed class OpenSslEngine
     /// <summary>
     /// The native server for this configuration, built on first use, or the last one built when
     /// this configuration's TLS is the same. Building one creates a context per certificate, about
-    /// 1.8 ms each with OpenSSL 3.0: with 200 certificates every reload cost about 0.4 CPU seconds,
-    /// a change to a route as much as one to a certificate.
+    /// 1 ms each with OpenSSL 3.0: with 200 certificates that was about half of every reload's CPU,
+    /// a change to a route as much as one to a certificate (loadtest/README.md, 2026-11-25 17:45).
     /// </summary>
     public OpenSslServer ServerFor(ConfigurationSnapshot snapshot) =>
         _servers.GetValue(snapshot, s =>
