@@ -22,6 +22,41 @@ static const char s_tls12Ciphers[] =
     "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
     "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 
+// Key exchange groups, in order of preference: the hybrid with ML-KEM where this OpenSSL has it
+// (3.5 and later), then the elliptic curves browsers and Go offer. OpenSSL 3.0's own list also
+// offers the finite-field groups ffdhe2048 to ffdhe8192, so any client could make Tern spend about
+// 90 ms of CPU on one ffdhe8192 handshake, against about 1 ms for a whole connection with X25519
+// (README): a denial of service for the price of a ClientHello. The dearest group left is P-384,
+// about 2.5 times X25519's connection.
+static const char* const s_groups[] = {"X25519MLKEM768", "X25519", "P-256", "P-384", "P-521"};
+
+// Sets the groups of s_groups this OpenSSL knows (3.0 fails the whole list for one unknown name).
+static int SetGroups(SSL_CTX* context)
+{
+    char list[128];
+    size_t length = 0;
+    for (size_t i = 0; i < sizeof(s_groups) / sizeof(s_groups[0]); i++)
+    {
+        ERR_set_mark();
+        int known = SSL_CTX_set1_groups_list(context, s_groups[i]) == 1;
+        ERR_pop_to_mark();
+        size_t size = strlen(s_groups[i]);
+        if (known && length + size + 2 <= sizeof(list))
+        {
+            if (length > 0)
+            {
+                list[length++] = ':';
+            }
+
+            memcpy(list + length, s_groups[i], size);
+            length += size;
+        }
+    }
+
+    list[length] = '\0';
+    return length > 0 && SSL_CTX_set1_groups_list(context, list) == 1;
+}
+
 static int ServerNameCallback(SSL* ssl, int* alert, void* arg)
 {
     (void)alert;
@@ -169,7 +204,7 @@ static SSL_CTX* CreateContext(TernTlsServer* server)
     SSL_CTX_set_app_data(context, server);
     if (SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION) != 1 ||
         SSL_CTX_set_max_proto_version(context, TLS1_3_VERSION) != 1 ||
-        SSL_CTX_set_cipher_list(context, s_tls12Ciphers) != 1 ||
+        SSL_CTX_set_cipher_list(context, s_tls12Ciphers) != 1 || !SetGroups(context) ||
         SSL_CTX_set_session_id_context(context, (const unsigned char*)"tern", 4) != 1)
     {
         SSL_CTX_free(context);
