@@ -22,12 +22,14 @@ static const char s_tls12Ciphers[] =
     "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
     "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 
-// Key exchange groups, in order of preference: the hybrid with ML-KEM where this OpenSSL has it
-// (3.5 and later), then the elliptic curves browsers and Go offer. OpenSSL 3.0's own list also
-// offers the finite-field groups ffdhe2048 to ffdhe8192, so any client could make Tern spend about
-// 90 ms of CPU on one ffdhe8192 handshake, against about 1 ms for a whole connection with X25519
-// (README): a denial of service for the price of a ClientHello. The dearest group left is P-384,
-// about 2.5 times X25519's connection.
+// Key exchange groups: the hybrid with ML-KEM where this OpenSSL has it (3.5 and later), then the
+// elliptic curves browsers and Go offer. This order decides over TLS 1.2 and which group a
+// HelloRetryRequest asks for; over TLS 1.3 OpenSSL 3.0 takes the client's first key share that is
+// on the list. OpenSSL 3.0's own list also offers the finite-field groups ffdhe2048 to ffdhe8192
+// (TLS 1.3 only), so any client could make Tern spend about 90 ms of CPU on one ffdhe8192
+// handshake, against about 1 ms for a whole connection with X25519 (README): a denial of service
+// for the price of a ClientHello. The dearest group left is P-384, about 2.5 times X25519's
+// connection.
 static const char* const s_groups[] = {"X25519MLKEM768", "X25519", "P-256", "P-384", "P-521"};
 
 // Sets the groups of s_groups this OpenSSL knows (3.0 fails the whole list for one unknown name).
@@ -54,7 +56,13 @@ static int SetGroups(SSL_CTX* context)
     }
 
     list[length] = '\0';
-    return length > 0 && SSL_CTX_set1_groups_list(context, list) == 1;
+    if (length == 0)
+    {
+        ERR_raise_data(ERR_LIB_SSL, SSL_R_NO_SUITABLE_GROUPS, "none of X25519, P-256, P-384 or P-521 is available");
+        return 0;
+    }
+
+    return SSL_CTX_set1_groups_list(context, list) == 1;
 }
 
 static int ServerNameCallback(SSL* ssl, int* alert, void* arg)
