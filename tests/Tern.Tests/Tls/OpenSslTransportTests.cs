@@ -374,6 +374,21 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         Assert.Matches(@"(Server|Peer) Temp Key: X25519|Negotiated TLS1\.3 group: X25519", output);
     }
 
+    /// <summary>TLS 1.2 suites, as the README lists them: ECDHE with an AEAD only, no CBC.</summary>
+    [Theory]
+    [InlineData("ECDHE-ECDSA-AES128-GCM-SHA256", true)]
+    [InlineData("ECDHE-ECDSA-AES256-GCM-SHA384", true)]
+    [InlineData("ECDHE-ECDSA-CHACHA20-POLY1305", true)]
+    [InlineData("ECDHE-ECDSA-AES128-SHA256", false)]
+    [InlineData("ECDHE-ECDSA-AES256-SHA384", false)]
+    [InlineData("ECDHE-ECDSA-AES128-SHA", false)]
+    public async Task Tls12Suites_AeadOnly(string suite, bool offered)
+    {
+        var (exit, output) = await Tool.RunAsync("openssl", ["s_client", "-connect", $"127.0.0.1:{_tern.Config.HttpsPort}", "-tls1_2", "-cipher", suite], input: "Q\n");
+
+        Assert.True(offered ? exit == 0 && output.Contains($"Cipher is {suite}", StringComparison.Ordinal) : exit != 0 && output.Contains("alert handshake failure", StringComparison.Ordinal), output);
+    }
+
     [Fact]
     public async Task OversizedHandshakeRecord_IsAnsweredWithAnAlertBeforeTheClose()
     {
