@@ -302,8 +302,10 @@ public static class TernHost
             file.Failed = ex => TernLog.ReloadNotApplied(reloadLogger, file.Label, ex.Message);
         }
 
-        // Listen from the start, so that /metrics counts everything since then.
+        // Listen from the start, so that /metrics counts everything since then; the certificates'
+        // expiry is reported with either engine.
         app.Services.GetRequiredService<Telemetry.MetricsEndpoint>();
+        app.Services.GetRequiredService<TlsMetrics>();
         LogStart(app, snapshot);
         return app;
     }

@@ -1,12 +1,14 @@
 using System.Diagnostics;
 using System.Diagnostics.Metrics;
+using Tern.Proxy.Configuration;
 
 namespace Tern.Proxy.Tls;
 
 /// <summary>
 /// The Tern.Tls meter: where payload bytes went (straight into pipe memory, or through the spill
 /// buffer), handshakes and their duration, open TLS connections. "Zero copies in steady state" is
-/// a claim these counters prove under load. Tag names follow OpenTelemetry's conventions.
+/// a claim these counters prove under load. Tag names follow OpenTelemetry's conventions. With
+/// every engine: when each certificate served expires.
 /// </summary>
 public sealed class TlsMetrics : IDisposable
 {
@@ -62,9 +64,10 @@ public sealed class TlsMetrics : IDisposable
     private readonly UpDownCounter<long> _connections;
     private readonly Counter<long> _errors;
 
-    public TlsMetrics(IMeterFactory meterFactory)
+    public TlsMetrics(IMeterFactory meterFactory, ActiveConfiguration active)
     {
         ArgumentNullException.ThrowIfNull(meterFactory);
+        ArgumentNullException.ThrowIfNull(active);
         _meter = meterFactory.Create(MeterName);
         _byteTags = new KeyValuePair<string, object?>[_byteTotals.Length][];
         for (var i = 0; i < _byteTotals.Length; i++)
@@ -79,6 +82,19 @@ public sealed class TlsMetrics : IDisposable
             advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10] });
         _errors = _meter.CreateCounter<long>("tern.tls.errors", "{error}", "Connections closed abortively by a TLS error after the handshake (bad record MAC, fatal alert, answers the client does not read)");
         _connections = _meter.CreateUpDownCounter<long>("tern.tls.connections.active", "{connection}", "Open connections that completed a TLS handshake");
+        _meter.CreateObservableGauge("tern.tls.certificate.expiry", () => ObserveExpiry(active.Current.Certificates), "s",
+            "When each certificate served stops being valid (its notAfter), in seconds since the Unix epoch, by its name under Tern:Tls:Certificates ('self-signed' for Tern's own)");
+    }
+
+    // Read at each scrape from the configuration in force, so a reload's certificates (renewed,
+    // added, removed) show at the next one.
+    private static IEnumerable<Measurement<long>> ObserveExpiry(CertificateSet certificates)
+    {
+        foreach (var certificate in certificates.All)
+        {
+            yield return new Measurement<long>(new DateTimeOffset(certificate.Certificate.NotAfter.ToUniversalTime()).ToUnixTimeSeconds(),
+                new KeyValuePair<string, object?>("tern.tls.certificate", certificate.Name));
+        }
     }
 
     /// <summary>Bytes written by OpenSSL straight into pipe memory.</summary>

@@ -1,3 +1,4 @@
+using System.Security.Cryptography.X509Certificates;
 using System.Text.Json.Nodes;
 using Tern.Tests.Infrastructure;
 
@@ -49,6 +50,41 @@ public sealed class MetricsTests
         var error = await Assert.ThrowsAsync<InvalidOperationException>(() => TernInstance.StartAsync(config));
 
         Assert.Contains("error: Tern:Metrics:InFlight: 'sometimes' is not true or false", error.Message, StringComparison.Ordinal);
+    }
+
+    /// <summary>
+    /// /metrics says when each certificate in force expires (Unix seconds, by name), for alerts
+    /// before it does, with either engine; a reload's certificates replace the last ones. In a
+    /// process of its own: Tern instances in one process would see each other's Tern.Tls meter.
+    /// </summary>
+    [Theory]
+    [InlineData(Proxy.Tls.TlsEngines.OpenSsl)]
+    [InlineData(Proxy.Tls.TlsEngines.SslStream)]
+    public async Task CertificateExpiry_FollowsTheCertificatesInForce(string engine)
+    {
+        var config = new TernConfig(engine).Certificates(("default", TestPki.Localhost, []), ("a", TestPki.ATest, ["a.test"]));
+        var file = Path.Combine(Directory.CreateTempSubdirectory("tern-expiry-").FullName, "tern.json");
+        await File.WriteAllTextAsync(file, config.ToJson());
+        await using var tern = TernProcess.Start(new Dictionary<string, string> { ["TERN_CONFIG"] = file });
+        await tern.WaitUntilServingAsync(config.ManagementPort);
+        using var management = new HttpClient();
+        var metrics = new Uri($"http://127.0.0.1:{config.ManagementPort}/metrics");
+
+        Assert.Equal([Expiry("a", TestPki.ATest), Expiry("default", TestPki.Localhost)], ExpiryLines(await management.GetStringAsync(metrics)));
+
+        config.Certificates(("default", TestPki.Localhost, []), ("b", TestPki.BTest, ["b.test"]));
+        await File.WriteAllTextAsync(file, config.ToJson());
+        await tern.WaitForOutputAsync("Configuration reloaded");
+
+        Assert.Equal([Expiry("b", TestPki.BTest), Expiry("default", TestPki.Localhost)], ExpiryLines(await management.GetStringAsync(metrics)));
+
+        static string[] ExpiryLines(string text) => [.. text.Split('\n').Where(l => l.StartsWith("tern_tls_certificate_expiry_seconds{", StringComparison.Ordinal)).Order(StringComparer.Ordinal)];
+
+        static string Expiry(string name, PemPair pair)
+        {
+            using var certificate = X509Certificate2.CreateFromPem(File.ReadAllText(pair.CertificatePath));
+            return $"tern_tls_certificate_expiry_seconds{{tern_tls_certificate=\"{name}\"}} {new DateTimeOffset(certificate.NotAfter.ToUniversalTime()).ToUnixTimeSeconds()}";
+        }
     }
 
     private static async Task<string> ScrapeAfterOneRequestAsync(bool? inFlight)
