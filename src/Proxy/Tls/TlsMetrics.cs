@@ -82,18 +82,25 @@ public sealed class TlsMetrics : IDisposable
             advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10] });
         _errors = _meter.CreateCounter<long>("tern.tls.errors", "{error}", "Connections closed abortively by a TLS error after the handshake (bad record MAC, fatal alert, answers the client does not read)");
         _connections = _meter.CreateUpDownCounter<long>("tern.tls.connections.active", "{connection}", "Open connections that completed a TLS handshake");
-        _meter.CreateObservableGauge("tern.tls.certificate.expiry", () => ObserveExpiry(active.Current.Certificates), "s",
-            "When each certificate served stops being valid (its notAfter), in seconds since the Unix epoch, by its name under Tern:Tls:Certificates ('self-signed' for Tern's own)");
+        _meter.CreateObservableGauge("tern.tls.certificate.expiration_timestamp", () => ObserveExpiration(active.Current.Certificates), "s",
+            "When each certificate served stops being valid, in seconds since the Unix epoch: the earliest notAfter of the certificate and the intermediates sent with it, by its name under Tern:Tls:Certificates ('self-signed' for Tern's own)");
     }
 
     // Read at each scrape from the configuration in force, so a reload's certificates (renewed,
-    // added, removed) show at the next one.
-    private static IEnumerable<Measurement<long>> ObserveExpiry(CertificateSet certificates)
+    // added, removed) show at the next one. An intermediate that expires first breaks the chain
+    // as surely as the leaf (as Envoy reports it).
+    private static IEnumerable<Measurement<long>> ObserveExpiration(CertificateSet certificates)
     {
         foreach (var certificate in certificates.All)
         {
-            yield return new Measurement<long>(new DateTimeOffset(certificate.Certificate.NotAfter.ToUniversalTime()).ToUnixTimeSeconds(),
-                new KeyValuePair<string, object?>("tern.tls.certificate", certificate.Name));
+            var notAfter = certificate.Certificate.NotAfter;
+            foreach (var intermediate in certificate.Chain)
+            {
+                notAfter = intermediate.NotAfter < notAfter ? intermediate.NotAfter : notAfter;
+            }
+
+            yield return new Measurement<long>(new DateTimeOffset(notAfter.ToUniversalTime()).ToUnixTimeSeconds(),
+                new KeyValuePair<string, object?>("tern.tls.certificate.name", certificate.Name));
         }
     }
 

@@ -1,4 +1,6 @@
+using System.Security.Cryptography;
 using System.Security.Cryptography.X509Certificates;
+using System.Text;
 using System.Text.Json.Nodes;
 using Tern.Tests.Infrastructure;
 
@@ -54,37 +56,85 @@ public sealed class MetricsTests
 
     /// <summary>
     /// /metrics says when each certificate in force expires (Unix seconds, by name), for alerts
-    /// before it does, with either engine; a reload's certificates replace the last ones. In a
-    /// process of its own: Tern instances in one process would see each other's Tern.Tls meter.
+    /// before it does, with either engine: the earliest of the leaf and the intermediates sent
+    /// with it. A reload's certificates replace the last ones, a renewed one's included. Tern runs as
+    /// a process of its own (in a time zone other than UTC): Tern instances in one process would
+    /// see each other's Tern.Tls meter.
     /// </summary>
     [Theory]
     [InlineData(Proxy.Tls.TlsEngines.OpenSsl)]
     [InlineData(Proxy.Tls.TlsEngines.SslStream)]
-    public async Task CertificateExpiry_FollowsTheCertificatesInForce(string engine)
+    public async Task CertificateExpiration_FollowsTheCertificatesInForce(string engine)
     {
-        var config = new TernConfig(engine).Certificates(("default", TestPki.Localhost, []), ("a", TestPki.ATest, ["a.test"]));
-        var file = Path.Combine(Directory.CreateTempSubdirectory("tern-expiry-").FullName, "tern.json");
-        await File.WriteAllTextAsync(file, config.ToJson());
-        await using var tern = TernProcess.Start(new Dictionary<string, string> { ["TERN_CONFIG"] = file });
-        await tern.WaitUntilServingAsync(config.ManagementPort);
-        using var management = new HttpClient();
-        var metrics = new Uri($"http://127.0.0.1:{config.ManagementPort}/metrics");
-
-        Assert.Equal([Expiry("a", TestPki.ATest), Expiry("default", TestPki.Localhost)], ExpiryLines(await management.GetStringAsync(metrics)));
-
-        config.Certificates(("default", TestPki.Localhost, []), ("b", TestPki.BTest, ["b.test"]));
-        await File.WriteAllTextAsync(file, config.ToJson());
-        await tern.WaitForOutputAsync("Configuration reloaded");
-
-        Assert.Equal([Expiry("b", TestPki.BTest), Expiry("default", TestPki.Localhost)], ExpiryLines(await management.GetStringAsync(metrics)));
-
-        static string[] ExpiryLines(string text) => [.. text.Split('\n').Where(l => l.StartsWith("tern_tls_certificate_expiry_seconds{", StringComparison.Ordinal)).Order(StringComparer.Ordinal)];
-
-        static string Expiry(string name, PemPair pair)
+        var folder = Directory.CreateTempSubdirectory("tern-expiry-").FullName;
+        try
         {
-            using var certificate = X509Certificate2.CreateFromPem(File.ReadAllText(pair.CertificatePath));
-            return $"tern_tls_certificate_expiry_seconds{{tern_tls_certificate=\"{name}\"}} {new DateTimeOffset(certificate.NotAfter.ToUniversalTime()).ToUnixTimeSeconds()}";
+            var config = new TernConfig(engine).Certificates(
+                ("default", Write(folder, "default", "localhost", At("2030-06-01T00:00:00Z")), []),
+                ("a", Write(folder, "a", "a.test", At("2031-01-02T03:04:05Z"), intermediateNotAfter: At("2029-07-08T09:10:11Z")), ["a.test"]));
+            var file = Path.Combine(folder, "tern.json");
+            await File.WriteAllTextAsync(file, config.ToJson());
+            await using var tern = TernProcess.Start(new Dictionary<string, string> { ["TERN_CONFIG"] = file, ["TZ"] = "Asia/Kolkata" });
+            await tern.WaitUntilServingAsync(config.ManagementPort);
+            using var management = new HttpClient();
+            var metrics = new Uri($"http://127.0.0.1:{config.ManagementPort}/metrics");
+
+            // "a": its intermediate's date, which comes before its own.
+            Assert.Equal([Line("a", "2029-07-08T09:10:11Z"), Line("default", "2030-06-01T00:00:00Z")], Lines(await management.GetStringAsync(metrics)));
+
+            // "default" renewed (in files of their own, so that one write, the settings', makes one
+            // reload), "a" replaced by "b".
+            config.Certificates(("default", Write(folder, "default-renewed", "localhost", At("2032-02-03T04:05:06Z")), []),
+                ("b", Write(folder, "b", "b.test", At("2033-03-04T05:06:07Z")), ["b.test"]));
+            await File.WriteAllTextAsync(file, config.ToJson());
+            await tern.WaitForOutputAsync("Configuration reloaded");
+
+            Assert.Equal([Line("b", "2033-03-04T05:06:07Z"), Line("default", "2032-02-03T04:05:06Z")], Lines(await management.GetStringAsync(metrics)));
         }
+        finally
+        {
+            Directory.Delete(folder, recursive: true);
+        }
+
+        static DateTimeOffset At(string utc) => DateTimeOffset.Parse(utc, System.Globalization.CultureInfo.InvariantCulture);
+
+        static string Line(string name, string utc) =>
+            $"tern_tls_certificate_expiration_timestamp_seconds{{tern_tls_certificate_name=\"{name}\"}} {At(utc).ToUnixTimeSeconds()}";
+
+        static string[] Lines(string text) => [.. text.Split('\n').Where(l => l.StartsWith("tern_tls_certificate_expiration_timestamp_seconds{", StringComparison.Ordinal)).Order(StringComparer.Ordinal)];
+    }
+
+    /// <summary>
+    /// A certificate for host valid until notAfter, self-signed, or, with intermediateNotAfter, issued
+    /// by an intermediate that expires then (before the leaf, which a CA's own checks would not allow:
+    /// a cross-signed intermediate can) and written after it in the certificate file.
+    /// </summary>
+    private static PemPair Write(string folder, string name, string host, DateTimeOffset notAfter, DateTimeOffset? intermediateNotAfter = null)
+    {
+        using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
+        var request = new CertificateRequest($"CN={host}", key, HashAlgorithmName.SHA256);
+        var notBefore = DateTimeOffset.UtcNow.AddDays(-1);
+        var pem = new StringBuilder();
+        if (intermediateNotAfter is { } until)
+        {
+            using var intermediateKey = ECDsa.Create(ECCurve.NamedCurves.nistP256);
+            var intermediateRequest = new CertificateRequest($"CN={name} Intermediate", intermediateKey, HashAlgorithmName.SHA256);
+            intermediateRequest.CertificateExtensions.Add(new X509BasicConstraintsExtension(true, false, 0, true));
+            using var intermediate = intermediateRequest.CreateSelfSigned(notBefore, until);
+            using var leaf = request.Create(intermediate.SubjectName, X509SignatureGenerator.CreateForECDsa(intermediateKey), notBefore, notAfter, RandomNumberGenerator.GetBytes(8));
+            pem.Append(leaf.ExportCertificatePem()).Append('\n').Append(intermediate.ExportCertificatePem()).Append('\n');
+        }
+        else
+        {
+            using var leaf = request.CreateSelfSigned(notBefore, notAfter);
+            pem.Append(leaf.ExportCertificatePem()).Append('\n');
+        }
+
+        var certificatePath = Path.Combine(folder, $"{name}.crt");
+        var keyPath = Path.Combine(folder, $"{name}.key");
+        File.WriteAllText(keyPath, key.ExportPkcs8PrivateKeyPem());
+        File.WriteAllText(certificatePath, pem.ToString());
+        return new PemPair(certificatePath, keyPath, "");
     }
 
     private static async Task<string> ScrapeAfterOneRequestAsync(bool? inFlight)
