@@ -123,20 +123,43 @@ public static class TestPki
     /// <summary>
     /// Writes a fresh certificate and key with the given names into folder. Each file is written
     /// beside its place and renamed over it (key first), as cert-manager and kubelet publish them:
-    /// a proxy watching the folder never reads a half-written file.
+    /// a proxy watching the folder never reads a half-written file. Valid for 30 days unless
+    /// notAfter says otherwise; self-signed, or with intermediateNotAfter issued by an intermediate
+    /// that expires then (before the leaf, if it is earlier, which a CA's own checks would not allow
+    /// and a cross-signed intermediate can) and written after it in the certificate file.
     /// </summary>
-    public static PemPair Create(string name, string[] dnsNames, string? folder = null)
+    public static PemPair Create(string name, string[] dnsNames, string? folder = null, DateTimeOffset? notAfter = null, DateTimeOffset? intermediateNotAfter = null)
     {
         folder ??= s_folder.Value;
         using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
-        using var certificate = ServerRequest(dnsNames, key).CreateSelfSigned(DateTimeOffset.UtcNow.AddDays(-1), DateTimeOffset.UtcNow.AddDays(30));
+        var request = ServerRequest(dnsNames, key);
+        var notBefore = DateTimeOffset.UtcNow.AddDays(-1);
+        var until = notAfter ?? DateTimeOffset.UtcNow.AddDays(30);
+        string pem, thumbprint;
+        if (intermediateNotAfter is { } intermediateUntil)
+        {
+            using var intermediateKey = ECDsa.Create(ECCurve.NamedCurves.nistP256);
+            var intermediateRequest = new CertificateRequest($"CN={name} Intermediate", intermediateKey, HashAlgorithmName.SHA256);
+            intermediateRequest.CertificateExtensions.Add(new X509BasicConstraintsExtension(true, false, 0, true));
+            using var intermediate = intermediateRequest.CreateSelfSigned(notBefore, intermediateUntil);
+            using var leaf = request.Create(intermediate.SubjectName, X509SignatureGenerator.CreateForECDsa(intermediateKey), notBefore, until, RandomNumberGenerator.GetBytes(8));
+            pem = leaf.ExportCertificatePem() + "\n" + intermediate.ExportCertificatePem() + "\n";
+            thumbprint = leaf.Thumbprint;
+        }
+        else
+        {
+            using var leaf = request.CreateSelfSigned(notBefore, until);
+            pem = leaf.ExportCertificatePem();
+            thumbprint = leaf.Thumbprint;
+        }
+
         var certificatePath = Path.Combine(folder, $"{name}.crt");
         var keyPath = Path.Combine(folder, $"{name}.key");
         File.WriteAllText(keyPath + ".tmp", key.ExportPkcs8PrivateKeyPem());
-        File.WriteAllText(certificatePath + ".tmp", certificate.ExportCertificatePem());
+        File.WriteAllText(certificatePath + ".tmp", pem);
         File.Move(keyPath + ".tmp", keyPath, overwrite: true);
         File.Move(certificatePath + ".tmp", certificatePath, overwrite: true);
-        return new PemPair(certificatePath, keyPath, certificate.Thumbprint);
+        return new PemPair(certificatePath, keyPath, thumbprint);
     }
 
     /// <summary>A server certificate's request: CN the first name, and every name plus 127.0.0.1 as subject alternative names.</summary>

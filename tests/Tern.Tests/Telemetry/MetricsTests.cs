@@ -1,6 +1,3 @@
-using System.Security.Cryptography;
-using System.Security.Cryptography.X509Certificates;
-using System.Text;
 using System.Text.Json.Nodes;
 using Tern.Tests.Infrastructure;
 
@@ -70,8 +67,8 @@ public sealed class MetricsTests
         try
         {
             var config = new TernConfig(engine).Certificates(
-                ("default", Write(folder, "default", "localhost", At("2030-06-01T00:00:00Z")), []),
-                ("a", Write(folder, "a", "a.test", At("2031-01-02T03:04:05Z"), intermediateNotAfter: At("2029-07-08T09:10:11Z")), ["a.test"]));
+                ("default", TestPki.Create("default", ["localhost"], folder, At("2030-06-01T00:00:00Z")), []),
+                ("a", TestPki.Create("a", ["a.test"], folder, At("2031-01-02T03:04:05Z"), intermediateNotAfter: At("2029-07-08T09:10:11Z")), ["a.test"]));
             var file = Path.Combine(folder, "tern.json");
             await File.WriteAllTextAsync(file, config.ToJson());
             await using var tern = TernProcess.Start(new Dictionary<string, string> { ["TERN_CONFIG"] = file, ["TZ"] = "Asia/Kolkata" });
@@ -84,8 +81,8 @@ public sealed class MetricsTests
 
             // "default" renewed (in files of their own, so that one write, the settings', makes one
             // reload), "a" replaced by "b".
-            config.Certificates(("default", Write(folder, "default-renewed", "localhost", At("2032-02-03T04:05:06Z")), []),
-                ("b", Write(folder, "b", "b.test", At("2033-03-04T05:06:07Z")), ["b.test"]));
+            config.Certificates(("default", TestPki.Create("default-renewed", ["localhost"], folder, At("2032-02-03T04:05:06Z")), []),
+                ("b", TestPki.Create("b", ["b.test"], folder, At("2033-03-04T05:06:07Z")), ["b.test"]));
             await File.WriteAllTextAsync(file, config.ToJson());
             await tern.WaitForOutputAsync("Configuration reloaded");
 
@@ -102,39 +99,6 @@ public sealed class MetricsTests
             $"tern_tls_certificate_expiration_timestamp_seconds{{tern_tls_certificate_name=\"{name}\"}} {At(utc).ToUnixTimeSeconds()}";
 
         static string[] Lines(string text) => [.. text.Split('\n').Where(l => l.StartsWith("tern_tls_certificate_expiration_timestamp_seconds{", StringComparison.Ordinal)).Order(StringComparer.Ordinal)];
-    }
-
-    /// <summary>
-    /// A certificate for host valid until notAfter, self-signed, or, with intermediateNotAfter, issued
-    /// by an intermediate that expires then (before the leaf, which a CA's own checks would not allow:
-    /// a cross-signed intermediate can) and written after it in the certificate file.
-    /// </summary>
-    private static PemPair Write(string folder, string name, string host, DateTimeOffset notAfter, DateTimeOffset? intermediateNotAfter = null)
-    {
-        using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
-        var request = new CertificateRequest($"CN={host}", key, HashAlgorithmName.SHA256);
-        var notBefore = DateTimeOffset.UtcNow.AddDays(-1);
-        var pem = new StringBuilder();
-        if (intermediateNotAfter is { } until)
-        {
-            using var intermediateKey = ECDsa.Create(ECCurve.NamedCurves.nistP256);
-            var intermediateRequest = new CertificateRequest($"CN={name} Intermediate", intermediateKey, HashAlgorithmName.SHA256);
-            intermediateRequest.CertificateExtensions.Add(new X509BasicConstraintsExtension(true, false, 0, true));
-            using var intermediate = intermediateRequest.CreateSelfSigned(notBefore, until);
-            using var leaf = request.Create(intermediate.SubjectName, X509SignatureGenerator.CreateForECDsa(intermediateKey), notBefore, notAfter, RandomNumberGenerator.GetBytes(8));
-            pem.Append(leaf.ExportCertificatePem()).Append('\n').Append(intermediate.ExportCertificatePem()).Append('\n');
-        }
-        else
-        {
-            using var leaf = request.CreateSelfSigned(notBefore, notAfter);
-            pem.Append(leaf.ExportCertificatePem()).Append('\n');
-        }
-
-        var certificatePath = Path.Combine(folder, $"{name}.crt");
-        var keyPath = Path.Combine(folder, $"{name}.key");
-        File.WriteAllText(keyPath, key.ExportPkcs8PrivateKeyPem());
-        File.WriteAllText(certificatePath, pem.ToString());
-        return new PemPair(certificatePath, keyPath, "");
     }
 
     private static async Task<string> ScrapeAfterOneRequestAsync(bool? inFlight)
