@@ -64,7 +64,7 @@ public abstract class ClientCertificateTests(string engine) : IAsyncLifetime
     public async Task Reconnect_ResumedSession_StillCarriesTheClientCertificate()
     {
         await using var tern = await TernInstance.StartAsync(Config("Required"));
-        using var meter = new TlsMeterReader(tern);
+        using var meter = new MeterReader(tern);
         var expected = Convert.ToBase64String(TestPki.TrustedClient.Certificate.RawData);
         for (var i = 0; i < 3; i++)
         {
@@ -101,7 +101,7 @@ public abstract class ClientCertificateTests(string engine) : IAsyncLifetime
     public async Task Required_ClientWithoutCertificate_IsRefusedCountedAndLogged()
     {
         await using var tern = await TernInstance.StartAsync(Config("Required"));
-        using var meter = new TlsMeterReader(tern);
+        using var meter = new MeterReader(tern);
         using var refused = Client(tern);
 
         await Assert.ThrowsAsync<HttpRequestException>(() => refused.GetStringAsync(new Uri("/name", UriKind.Relative)));

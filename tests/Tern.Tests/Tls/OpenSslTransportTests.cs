@@ -18,7 +18,7 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
 
     private TestUpstream _upstream = null!;
     private TernInstance _tern = null!;
-    private TlsMeterReader _meter = null!;
+    private MeterReader _meter = null!;
 
     public async Task InitializeAsync()
     {
@@ -26,7 +26,7 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         var config = TernConfig.To(TlsEngines.OpenSsl, _upstream);
         config.Tls["HandshakeTimeout"] = s_handshakeTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture);
         _tern = await TernInstance.StartAsync(config);
-        _meter = new TlsMeterReader(_tern);
+        _meter = new MeterReader(_tern);
     }
 
     public async Task DisposeAsync()

@@ -5,27 +5,28 @@ using Tern.Proxy.Tls;
 namespace Tern.Tests.Infrastructure;
 
 /// <summary>
-/// Reads one Tern instance's Tern.Tls meter (MeterListener, filtered to that instance's meter
-/// factory, so that other hosts running in parallel do not count).
+/// Reads one meter of one Tern instance, Tern.Tls unless named (MeterListener, filtered to that
+/// instance's meter factory, so that other hosts running in parallel do not count). Counters and
+/// gauges add up their values; histograms count their measurements.
 /// </summary>
-public sealed class TlsMeterReader : IDisposable
+public sealed class MeterReader : IDisposable
 {
     private readonly MeterListener _listener = new();
     private readonly ConcurrentDictionary<string, long> _totals = new();
 
-    public TlsMeterReader(TernInstance tern)
+    public MeterReader(TernInstance tern, string meter = TlsMetrics.MeterName)
     {
         var factory = tern.Services.GetRequiredService<IMeterFactory>();
         _listener.InstrumentPublished = (instrument, listener) =>
         {
-            if (instrument.Meter.Name == TlsMetrics.MeterName && ReferenceEquals(instrument.Meter.Scope, factory))
+            if (instrument.Meter.Name == meter && ReferenceEquals(instrument.Meter.Scope, factory))
             {
                 listener.EnableMeasurementEvents(instrument);
             }
         };
         _listener.SetMeasurementEventCallback<long>((instrument, value, tags, _) =>
         {
-            var key = instrument.Name + string.Concat(tags.ToArray().OrderBy(t => t.Key, StringComparer.Ordinal).Select(t => $"|{t.Key}={t.Value}"));
+            var key = Key(instrument, tags);
             if (instrument.IsObservable)
             {
                 _totals[key] = value; // an observable counter reports its running total
@@ -35,10 +36,18 @@ public sealed class TlsMeterReader : IDisposable
                 _totals.AddOrUpdate(key, value, (_, total) => total + value);
             }
         });
+        _listener.SetMeasurementEventCallback<double>((instrument, _, tags, _) =>
+        {
+            var key = Key(instrument, tags);
+            _totals.AddOrUpdate(key, 1, (_, count) => count + 1);
+        });
         _listener.Start();
     }
 
-    /// <summary>Sum of an instrument's measurements whose tags include every given key=value.</summary>
+    private static string Key(Instrument instrument, ReadOnlySpan<KeyValuePair<string, object?>> tags) =>
+        instrument.Name + string.Concat(tags.ToArray().OrderBy(t => t.Key, StringComparer.Ordinal).Select(t => $"|{t.Key}={t.Value}"));
+
+    /// <summary>Sum of an instrument's measurements (a histogram's: how many) whose tags include every given key=value.</summary>
     public long Total(string instrument, params string[] tags)
     {
         _listener.RecordObservableInstruments();
