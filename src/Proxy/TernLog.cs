@@ -66,6 +66,9 @@ internal static partial class TernLog
     [LoggerMessage(300, LogLevel.Information, "{Method} {Path} returned 499: the client closed the connection before the response (route {Route})")]
     public static partial void ClientClosedRequest(ILogger logger, string method, string path, string route);
 
+    [LoggerMessage(307, LogLevel.Information, "{Method} {Path}: the client went away during its {Status} response (it closed its connection, or reset its stream over HTTP/2) (route {Route})")]
+    public static partial void ClientLeftMidResponse(ILogger logger, string method, string path, int status, string route);
+
     [LoggerMessage(303, LogLevel.Information, "{Method} {Path} returned {Status}: the request body was rejected: {Reason} (route {Route})")]
     public static partial void RequestBodyRejected(ILogger logger, string method, string path, int status, string reason, string route);
 

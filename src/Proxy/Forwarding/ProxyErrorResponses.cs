@@ -118,12 +118,17 @@ internal static class ProxyErrorResponses
 
         if (clientSide || clientGone || error.Error is ForwarderError.RequestCanceled or ForwarderError.RequestBodyCanceled or ForwarderError.ResponseBodyCanceled or ForwarderError.UpgradeRequestCanceled or ForwarderError.UpgradeResponseCanceled)
         {
-            if (!context.Response.HasStarted)
+            // Once the response has begun its status is on the wire (and in Kestrel's metrics), so
+            // the line names it rather than a 499 the client never saw.
+            if (context.Response.HasStarted)
+            {
+                TernLog.ClientLeftMidResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, route);
+            }
+            else
             {
                 context.Response.StatusCode = ClientClosedRequest;
+                TernLog.ClientClosedRequest(Logger(context), context.Request.Method, context.Request.Path, route);
             }
-
-            TernLog.ClientClosedRequest(Logger(context), context.Request.Method, context.Request.Path, route);
 
             // The client is gone or its side broke (a reset shows here before RequestAborted
             // does): end the connection now, rather than have Kestrel try to drain a request body
