@@ -1,6 +1,7 @@
 using System.Net;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Connections;
+using Microsoft.AspNetCore.DataProtection;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
@@ -199,6 +200,28 @@ public static class TernHost
     }
 
     /// <summary>
+    /// YARP registers Data Protection for its Cookie and CustomHeader session affinity. Its key
+    /// ring is set up only when something is first protected (<see cref="DataProtectionOnFirstUse"/>),
+    /// and the hosted service that made a key at every start is dropped.
+    /// </summary>
+    private static void DeferDataProtection(IServiceCollection services)
+    {
+        foreach (var keyAtStart in services.Where(d => d.ServiceType == typeof(IHostedService)
+            && d.ImplementationType is { Name: "DataProtectionHostedService" } hosted
+            && hosted.Assembly.GetName().Name == "Microsoft.AspNetCore.DataProtection").ToList())
+        {
+            services.Remove(keyAtStart);
+        }
+
+        var provider = services.Last(d => d.ServiceType == typeof(IDataProtectionProvider));
+        services.Remove(provider);
+        services.AddSingleton<IDataProtectionProvider>(s => new DataProtectionOnFirstUse(() =>
+            (IDataProtectionProvider)(provider.ImplementationInstance
+                ?? provider.ImplementationFactory?.Invoke(s)
+                ?? ActivatorUtilities.CreateInstance(s, provider.ImplementationType!))));
+    }
+
+    /// <summary>
     /// Sources in the documented order, later ones winning: config/appsettings.json (shipped),
     /// config/appsettings.{Environment}.json, the TERN_CONFIG file, environment variables
     /// (Tern__Https__Port), then the command line.
@@ -239,6 +262,7 @@ public static class TernHost
             .LoadFromConfig(gate.Root.GetSection(ReverseProxyValidator.Section))
             .AddTransforms<EdgeForwardedHeaders>();
         OwnLimitsUncounted.WrapRegistered(builder.Services);
+        DeferDataProtection(builder.Services);
         builder.Services.AddSingleton<IForwarderHttpClientFactory, UpstreamHttpClientFactory>();
 
         builder.WebHost.ConfigureKestrel(kestrel =>

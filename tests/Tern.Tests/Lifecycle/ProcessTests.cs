@@ -454,6 +454,58 @@ public abstract class ProcessTests(string engine)
             .Count(task => File.ReadAllText(Path.Combine(task, "comm")).Trim() == ".NET Sockets");
     }
 
+    /// <summary>
+    /// YARP registers ASP.NET Core's Data Protection for its Cookie and CustomHeader session
+    /// affinity, with a hosted service that made a key at every start: a key file in
+    /// ~/.aspnet/DataProtection-Keys, and three warnings in a container whose home is read-only
+    /// (the chart's), for a feature the shipped configuration does not use. The key is now made
+    /// when an affinity cookie is first protected, and affinity still works.
+    /// </summary>
+    [Fact]
+    public async Task DataProtection_MakesNoKeyAtStart_OnlyWhenAnAffinityCookieNeedsOne()
+    {
+        var home = Directory.CreateTempSubdirectory("tern-test-home-").FullName;
+        try
+        {
+            var environment = FreePorts();
+            environment["HOME"] = home;
+            environment["ReverseProxy__Clusters__app__Destinations__d1__Address"] = $"http://127.0.0.1:{environment["Tern__Demo__Port"]}/";
+            var keys = Path.Combine(home, ".aspnet", "DataProtection-Keys");
+            await using (var tern = TernProcess.Start(environment))
+            {
+                using var client = await ServingClientAsync(tern, environment);
+                using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
+                Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+                Assert.False(response.Headers.Contains("Set-Cookie"));
+                Assert.False(Directory.Exists(keys), "a Data Protection key was made at start");
+                Assert.DoesNotContain("DataProtection", tern.Output, StringComparison.Ordinal);
+            }
+
+            environment["ReverseProxy__Clusters__app__SessionAffinity__Enabled"] = "true";
+            environment["ReverseProxy__Clusters__app__SessionAffinity__Policy"] = "Cookie";
+            environment["ReverseProxy__Clusters__app__SessionAffinity__AffinityKeyName"] = "tern-affinity";
+            await using (var tern = TernProcess.Start(environment))
+            {
+                using var client = await ServingClientAsync(tern, environment);
+                Assert.False(Directory.Exists(keys), "a Data Protection key was made at start");
+                using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
+                Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+                Assert.StartsWith("tern-affinity=", Assert.Single(response.Headers.GetValues("Set-Cookie")), StringComparison.Ordinal);
+                Assert.Single(Directory.GetFiles(keys, "key-*.xml"));
+            }
+        }
+        finally
+        {
+            Directory.Delete(home, recursive: true);
+        }
+
+        static async Task<HttpClient> ServingClientAsync(TernProcess tern, Dictionary<string, string> environment)
+        {
+            await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
+            return TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+        }
+    }
+
     private Dictionary<string, string> FreePorts() => new()
     {
         ["Tern__Tls__Engine"] = engine,
