@@ -4,8 +4,9 @@ using Tern.Tests.Infrastructure;
 namespace Tern.Tests.Interop;
 
 /// <summary>
-/// Chromium, the client most of Tern's users run, against Tern: its TLS stack (BoringSSL, with its
-/// own extensions and key shares), its HTTP/2 client (its window sizes, priorities and stream
+/// Chromium, the client most of Tern's users run, against Tern: its TLS stack (BoringSSL: GREASE
+/// values, and an X25519MLKEM768 key share beside the X25519 one, which OpenSSL 3.0 passes over;
+/// seen with <c>openssl s_server -trace</c>), its HTTP/2 client (its window sizes, priorities and stream
 /// resets) or, with HTTP/2 off, its pool of HTTP/1.1 connections, and its WebSockets, which over
 /// HTTP/2 are extended CONNECT streams (RFC 8441) that YARP turns into HTTP/1.1 upgrades.
 /// </summary>
