@@ -1,5 +1,4 @@
 using System.Buffers;
-using System.Collections.Concurrent;
 using Microsoft.AspNetCore.Connections;
 
 namespace Tern.Proxy.Listeners;
@@ -31,9 +30,12 @@ internal sealed class BlockPool : MemoryPool<byte>, IMemoryPoolFactory<byte>
 
     public static readonly TimeSpan TrimInterval = TimeSpan.FromSeconds(10);
 
-    private readonly ConcurrentQueue<Block> _free = new();
+    // Free blocks, last returned on top: the next rent takes the block most likely still in the
+    // CPU's caches (a queue handed out the one returned longest ago, which is the coldest).
+    private readonly Block[] _free = new Block[MaxRetained];
+    private readonly Lock _lock = new();
     private readonly Timer? _trim;
-    private int _retained;
+    private int _count;
 
     // The fewest free blocks seen since the last trim: that many were not needed all interval.
     private int _lowWater;
@@ -53,7 +55,7 @@ internal sealed class BlockPool : MemoryPool<byte>, IMemoryPoolFactory<byte>
     public override int MaxBufferSize => BlockSize;
 
     /// <summary>Free blocks held for reuse.</summary>
-    public int Retained => Volatile.Read(ref _retained);
+    public int Retained => Volatile.Read(ref _count);
 
     /// <summary>Kestrel asks once per listener; every listener shares the one pool.</summary>
     public MemoryPool<byte> Create(MemoryPoolOptions? options = null) => this;
@@ -61,18 +63,19 @@ internal sealed class BlockPool : MemoryPool<byte>, IMemoryPoolFactory<byte>
     public override IMemoryOwner<byte> Rent(int minBufferSize = -1)
     {
         ArgumentOutOfRangeException.ThrowIfGreaterThan(minBufferSize, BlockSize);
-        if (_free.TryDequeue(out var block))
+        lock (_lock)
         {
-            var left = Interlocked.Decrement(ref _retained);
-            if (left < Volatile.Read(ref _lowWater))
+            if (_count > 0)
             {
-                Volatile.Write(ref _lowWater, left); // a race only makes a trim release less
+                var block = _free[--_count];
+                _free[_count] = null!;
+                _lowWater = Math.Min(_lowWater, _count);
+                return block;
             }
 
-            return block;
+            _lowWater = 0;
         }
 
-        Volatile.Write(ref _lowWater, 0);
         return new Block(this);
     }
 
@@ -80,16 +83,16 @@ internal sealed class BlockPool : MemoryPool<byte>, IMemoryPoolFactory<byte>
     /// <returns>How many blocks were released.</returns>
     public int Trim()
     {
-        var unused = Math.Min(Volatile.Read(ref _lowWater), Retained);
-        var released = 0;
-        while (released < (unused + 1) / 2 && _free.TryDequeue(out _))
+        lock (_lock)
         {
-            Interlocked.Decrement(ref _retained);
-            released++;
+            // From the bottom: the blocks returned longest ago.
+            var released = (Math.Min(_lowWater, _count) + 1) / 2;
+            Array.Copy(_free, released, _free, 0, _count - released);
+            Array.Clear(_free, _count - released, released);
+            _count -= released;
+            _lowWater = _count;
+            return released;
         }
-
-        Volatile.Write(ref _lowWater, Retained);
-        return released;
     }
 
     protected override void Dispose(bool disposing)
@@ -104,13 +107,12 @@ internal sealed class BlockPool : MemoryPool<byte>, IMemoryPoolFactory<byte>
 
     private void Return(Block block)
     {
-        if (Interlocked.Increment(ref _retained) <= MaxRetained)
+        lock (_lock)
         {
-            _free.Enqueue(block);
-        }
-        else
-        {
-            Interlocked.Decrement(ref _retained);
+            if (_count < MaxRetained)
+            {
+                _free[_count++] = block;
+            }
         }
     }
 
