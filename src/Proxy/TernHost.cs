@@ -202,7 +202,9 @@ public static class TernHost
     /// <summary>
     /// YARP registers Data Protection for its Cookie and CustomHeader session affinity. Its key
     /// ring is set up only when something is first protected (<see cref="DataProtectionOnFirstUse"/>),
-    /// and the hosted service that made a key at every start is dropped.
+    /// and the hosted service that made a key at every start is dropped. Call it after every
+    /// registration that may call <c>AddDataProtection</c> (YARP's): a later one would add the
+    /// hosted service back.
     /// </summary>
     private static void DeferDataProtection(IServiceCollection services)
     {

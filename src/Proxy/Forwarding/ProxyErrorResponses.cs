@@ -12,7 +12,8 @@ namespace Tern.Proxy.Forwarding;
 /// Turns YARP's forwarding errors into statuses an operator can act on, each with a short
 /// plain-text reason: 502 when the upstream refused or could not be reached, 504 when it did not
 /// answer in time, 503 when a cluster has no destination left or Tern may open no more connections, Kestrel's status (400, 408, 413) when
-/// it refused the client's request body, and 499 (logged, never sent) when the client went away. Reasons name the cluster, never an internal address.
+/// it refused the client's request body, and 499 (logged, never sent) when the client went away before its response began
+/// (after, the line names the status it got). Reasons name the cluster, never an internal address.
 /// </summary>
 internal static class ProxyErrorResponses
 {
@@ -76,7 +77,8 @@ internal static class ProxyErrorResponses
         // write's I/O error). Kestrel aborts a connection whose write was cancelled, so
         // RequestAborted is set here too on the SslStream engine: it does not mean the client left.
         // (Should that abort reach YARP's copy before YARP reads why it was cancelled, YARP reports
-        // ResponseBodyCanceled and this is logged as 499; not seen in about 130 tries.)
+        // ResponseBodyCanceled and this is logged as a client that went away, event 307; not seen
+        // in about 130 tries.)
         if (error.Error == ForwarderError.ResponseBodyClient
             && Find<OperationCanceledException>(error.Exception) is { } cancelled && cancelled is not ConnectionAbortedException)
         {

@@ -19,9 +19,11 @@ public sealed class Browser : IAsyncDisposable
     private readonly StringBuilder _log;
     private readonly SemaphoreSlim _sending = new(1, 1);
     private readonly ConcurrentDictionary<int, TaskCompletionSource<JsonElement>> _calls = new();
-    private readonly ConcurrentDictionary<string, TaskCompletionSource> _loads = new();
     private readonly Task _receiving;
     private int _lastId;
+
+    /// <summary>How long any one DevTools call may take, unless the caller gives more.</summary>
+    private static readonly TimeSpan CallTimeout = TimeSpan.FromSeconds(30);
 
     private Browser(Process process, ClientWebSocket devTools, string profile, StringBuilder log)
     {
@@ -36,13 +38,13 @@ public sealed class Browser : IAsyncDisposable
     public static async Task<Browser> StartAsync(bool http2)
     {
         var profile = Directory.CreateTempSubdirectory("tern-chromium-").FullName;
-        var start = new ProcessStartInfo("chromium") { RedirectStandardError = true, RedirectStandardOutput = true, UseShellExecute = false };
+        var start = new ProcessStartInfo("chromium") { RedirectStandardError = true, UseShellExecute = false };
         // What a headless browser in a closed sandbox needs: no sandbox as root, no GPU, no QUIC (Tern
         // has none), none of the browser's own background traffic, and Tern's test certificates taken.
         string[] args =
         [
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--disable-extensions", "--ignore-certificate-errors",
+            "--disable-component-update", "--disable-sync", "--disable-extensions", "--disable-crash-reporter", "--ignore-certificate-errors",
             $"--user-data-dir={profile}", "--remote-debugging-port=0",
         ];
         foreach (var arg in http2 ? args : [.. args, "--disable-http2"])
@@ -58,7 +60,7 @@ public sealed class Browser : IAsyncDisposable
         }
         catch (System.ComponentModel.Win32Exception e)
         {
-            Directory.Delete(profile, recursive: true);
+            DeleteProfile(profile);
             throw new InvalidOperationException("The browser tests need Chromium as 'chromium' on PATH (Debian: apt-get install chromium).", e);
         }
 
@@ -83,20 +85,20 @@ public sealed class Browser : IAsyncDisposable
                 listening.TrySetResult(e.Data[Banner.Length..].Trim());
             }
         };
-        process.OutputDataReceived += (_, _) => { };
         process.BeginErrorReadLine();
-        process.BeginOutputReadLine();
         var devTools = new ClientWebSocket();
         try
         {
-            await devTools.ConnectAsync(new Uri(await listening.Task.WaitAsync(TimeSpan.FromSeconds(30))), CancellationToken.None);
+            using var connecting = new CancellationTokenSource(CallTimeout);
+            await devTools.ConnectAsync(new Uri(await listening.Task.WaitAsync(CallTimeout)), connecting.Token);
         }
         catch
         {
             devTools.Dispose();
             process.Kill(entireProcessTree: true);
+            process.WaitForExit(10_000);
             process.Dispose();
-            Directory.Delete(profile, recursive: true);
+            DeleteProfile(profile);
             throw;
         }
 
@@ -109,34 +111,67 @@ public sealed class Browser : IAsyncDisposable
     /// </summary>
     public async Task<JsonElement> RunAsync(string url, string script, TimeSpan timeout)
     {
+        var deadline = DateTime.UtcNow + timeout;
         var target = (await CallAsync("Target.createTarget", new() { ["url"] = "about:blank" })).GetProperty("targetId").GetString()!;
         var session = (await CallAsync("Target.attachToTarget", new() { ["targetId"] = target, ["flatten"] = true })).GetProperty("sessionId").GetString()!;
-        var loaded = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        _loads[session] = loaded;
-        await CallAsync("Page.enable", [], session);
+        // Chromium answers Page.navigate once the new document has committed, so from then on the
+        // tab's page is url's; it may still be loading, and a script evaluated in the blank page
+        // just before (a race) fails when that page goes, so the wait is tried again.
         var navigated = await CallAsync("Page.navigate", new() { ["url"] = url }, session);
         if (navigated.TryGetProperty("errorText", out var navigationError))
         {
             throw new InvalidOperationException($"Chromium could not open {url}: {navigationError}");
         }
 
-        await loaded.Task.WaitAsync(timeout);
-        var evaluated = await CallAsync("Runtime.evaluate", new() { ["expression"] = script, ["awaitPromise"] = true, ["returnByValue"] = true }, session).WaitAsync(timeout);
+        const string Loaded = "new Promise(done => document.readyState === 'complete' ? done(location.href) : addEventListener('load', () => done(location.href), { once: true }))";
+        while (await EvaluateAsync(session, Loaded, deadline - DateTime.UtcNow, retry: true) is not { ValueKind: JsonValueKind.String } page || page.GetString() == "about:blank")
+        {
+            if (DateTime.UtcNow > deadline)
+            {
+                throw new TimeoutException($"{url} did not load in {timeout}");
+            }
+
+            await Task.Delay(50);
+        }
+
+        var value = await EvaluateAsync(session, script, deadline - DateTime.UtcNow, retry: false);
+        await CallAsync("Target.closeTarget", new() { ["targetId"] = target });
+        return value!.Value;
+    }
+
+    /// <summary>The script's value; with retry, null where the page it ran in went away.</summary>
+    private async Task<JsonElement?> EvaluateAsync(string session, string script, TimeSpan timeout, bool retry)
+    {
+        JsonElement evaluated;
+        try
+        {
+            evaluated = await CallAsync("Runtime.evaluate", new() { ["expression"] = script, ["awaitPromise"] = true, ["returnByValue"] = true }, session, timeout);
+        }
+        catch (InvalidOperationException) when (retry && !_receiving.IsCompleted)
+        {
+            return null; // "Execution context was destroyed": the page went while the script waited
+        }
+
         if (evaluated.TryGetProperty("exceptionDetails", out var failure))
         {
             var description = failure.TryGetProperty("exception", out var exception) && exception.TryGetProperty("description", out var text) ? text.GetString() : failure.ToString();
-            throw new InvalidOperationException($"The page's script failed: {description}");
+            return retry ? null : throw new InvalidOperationException($"The page's script failed: {description}");
         }
 
-        await CallAsync("Target.closeTarget", new() { ["targetId"] = target });
         return evaluated.GetProperty("result").GetProperty("value");
     }
 
-    private async Task<JsonElement> CallAsync(string method, JsonObject parameters, string? session = null)
+    private async Task<JsonElement> CallAsync(string method, JsonObject parameters, string? session = null, TimeSpan? timeout = null)
     {
         var id = Interlocked.Increment(ref _lastId);
         var call = new TaskCompletionSource<JsonElement>(TaskCreationOptions.RunContinuationsAsynchronously);
         _calls[id] = call;
+        if (_receiving.IsCompleted)
+        {
+            _calls.TryRemove(id, out _);
+            throw new InvalidOperationException($"Chromium's DevTools connection is closed:\n{Snapshot(_log)}");
+        }
+
         var message = new JsonObject { ["id"] = id, ["method"] = method, ["params"] = parameters };
         if (session is not null)
         {
@@ -153,7 +188,15 @@ public sealed class Browser : IAsyncDisposable
             _sending.Release();
         }
 
-        return await call.Task;
+        try
+        {
+            return await call.Task.WaitAsync(timeout ?? CallTimeout);
+        }
+        catch (TimeoutException)
+        {
+            _calls.TryRemove(id, out _);
+            throw new TimeoutException($"Chromium did not answer {method} in {timeout ?? CallTimeout}:\n{Snapshot(_log)}");
+        }
     }
 
     private async Task ReceiveAsync()
@@ -190,11 +233,6 @@ public sealed class Browser : IAsyncDisposable
                         call.TrySetResult(root.GetProperty("result").Clone());
                     }
                 }
-                else if (root.TryGetProperty("method", out var method) && method.GetString() == "Page.loadEventFired"
-                    && root.TryGetProperty("sessionId", out var session) && _loads.TryRemove(session.GetString()!, out var loaded))
-                {
-                    loaded.TrySetResult();
-                }
             }
         }
         catch (Exception e) when (e is WebSocketException or ObjectDisposedException or OperationCanceledException)
@@ -221,31 +259,45 @@ public sealed class Browser : IAsyncDisposable
     {
         try
         {
-            await CallAsync("Browser.close", []).WaitAsync(TimeSpan.FromSeconds(5));
-            await _process.WaitForExitAsync().WaitAsync(TimeSpan.FromSeconds(10));
+            await CallAsync("Browser.close", [], timeout: TimeSpan.FromSeconds(5));
         }
         catch (Exception e) when (e is TimeoutException or InvalidOperationException or WebSocketException)
         {
+            // Closed already, or not answering: it is killed below.
         }
-        finally
-        {
-            if (!_process.HasExited)
-            {
-                _process.Kill(entireProcessTree: true);
-            }
 
-            await _receiving.WaitAsync(TimeSpan.FromSeconds(5)).ContinueWith(_ => { }, TaskScheduler.Default);
-            _devTools.Dispose();
-            _process.Dispose();
-            _sending.Dispose();
-            try
-            {
-                Directory.Delete(_profile, recursive: true);
-            }
-            catch (IOException)
-            {
-                // A helper process of the browser still writing as it ends; the folder is temporary.
-            }
+        // HasExited, not WaitForExitAsync, which also waits for every helper process holding the
+        // browser's stderr to let go of it.
+        for (var waited = 0; waited < 100 && !_process.HasExited; waited++)
+        {
+            await Task.Delay(100);
+        }
+
+        try
+        {
+            _process.Kill(entireProcessTree: true);
+        }
+        catch (InvalidOperationException)
+        {
+            // Exited between the check and the kill.
+        }
+
+        await _receiving.WaitAsync(TimeSpan.FromSeconds(5)).ContinueWith(_ => { }, TaskScheduler.Default);
+        _devTools.Dispose();
+        _process.Dispose();
+        _sending.Dispose();
+        DeleteProfile(_profile);
+    }
+
+    private static void DeleteProfile(string profile)
+    {
+        try
+        {
+            Directory.Delete(profile, recursive: true);
+        }
+        catch (IOException)
+        {
+            // A helper process of the browser still writing as it ends; the folder is temporary.
         }
     }
 }

@@ -6,8 +6,8 @@ namespace Tern.Tests.Infrastructure;
 
 /// <summary>
 /// Reads one meter of one Tern instance, Tern.Tls unless named (MeterListener, filtered to that
-/// instance's meter factory, so that other hosts running in parallel do not count). Counters and
-/// gauges add up their values; histograms count their measurements.
+/// instance's meter factory, so that other hosts running in parallel do not count). Counters add
+/// up their values, observable instruments report their last, histograms count their measurements.
 /// </summary>
 public sealed class MeterReader : IDisposable
 {
@@ -24,24 +24,26 @@ public sealed class MeterReader : IDisposable
                 listener.EnableMeasurementEvents(instrument);
             }
         };
-        _listener.SetMeasurementEventCallback<long>((instrument, value, tags, _) =>
-        {
-            var key = Key(instrument, tags);
-            if (instrument.IsObservable)
-            {
-                _totals[key] = value; // an observable counter reports its running total
-            }
-            else
-            {
-                _totals.AddOrUpdate(key, value, (_, total) => total + value);
-            }
-        });
-        _listener.SetMeasurementEventCallback<double>((instrument, _, tags, _) =>
-        {
-            var key = Key(instrument, tags);
-            _totals.AddOrUpdate(key, 1, (_, count) => count + 1);
-        });
+        _listener.SetMeasurementEventCallback<long>((instrument, value, tags, _) => Record(instrument, value, tags));
+        _listener.SetMeasurementEventCallback<double>((instrument, value, tags, _) => Record(instrument, value, tags));
         _listener.Start();
+    }
+
+    private void Record(Instrument instrument, double value, ReadOnlySpan<KeyValuePair<string, object?>> tags)
+    {
+        var key = Key(instrument, tags);
+        if (instrument is Histogram<double> or Histogram<long>)
+        {
+            _totals.AddOrUpdate(key, 1, (_, count) => count + 1); // how many were recorded
+        }
+        else if (instrument.IsObservable)
+        {
+            _totals[key] = (long)value; // an observable counter reports its running total
+        }
+        else
+        {
+            _totals.AddOrUpdate(key, (long)value, (_, total) => total + (long)value);
+        }
     }
 
     private static string Key(Instrument instrument, ReadOnlySpan<KeyValuePair<string, object?>> tags) =>

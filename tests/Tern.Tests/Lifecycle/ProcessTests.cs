@@ -490,8 +490,16 @@ public abstract class ProcessTests(string engine)
                 Assert.False(Directory.Exists(keys), "a Data Protection key was made at start");
                 using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
                 Assert.Equal(HttpStatusCode.OK, response.StatusCode);
-                Assert.StartsWith("tern-affinity=", Assert.Single(response.Headers.GetValues("Set-Cookie")), StringComparison.Ordinal);
+                var cookie = Assert.Single(response.Headers.GetValues("Set-Cookie"));
+                Assert.StartsWith("tern-affinity=", cookie, StringComparison.Ordinal);
                 Assert.Single(Directory.GetFiles(keys, "key-*.xml"));
+
+                // The cookie is read back: YARP sets it again only when it cannot unprotect it.
+                using var again = new HttpRequestMessage(HttpMethod.Get, new Uri("/anything", UriKind.Relative));
+                again.Headers.Add("Cookie", cookie[..cookie.IndexOf(';', StringComparison.Ordinal)]);
+                using var affine = await client.SendAsync(again);
+                Assert.Equal(HttpStatusCode.OK, affine.StatusCode);
+                Assert.False(affine.Headers.Contains("Set-Cookie"));
             }
         }
         finally
