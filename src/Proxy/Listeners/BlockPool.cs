@@ -30,19 +30,24 @@ internal sealed class BlockPool : MemoryPool<byte>, IMemoryPoolFactory<byte>
 
     public static readonly TimeSpan TrimInterval = TimeSpan.FromSeconds(10);
 
-    // Free blocks, last returned on top: the next rent takes the block most likely still in the
-    // CPU's caches (a queue handed out the one returned longest ago, which is the coldest).
-    private readonly Block[] _free = new Block[MaxRetained];
-    private readonly Lock _lock = new();
+    // Free blocks: one stack per core (up to 64), each under its own lock, the block returned last
+    // on top. A rent takes from its own core's stack first, so it gets the block most likely still
+    // in that core's caches (a single queue handed out the one returned longest ago, the coldest),
+    // and cores do not contend for one lock; with nothing there, it takes from the other cores'.
+    private readonly FreeBlocks[] _stacks;
     private readonly Timer? _trim;
-    private int _count;
-
-    // The fewest free blocks seen since the last trim: that many were not needed all interval.
-    private int _lowWater;
 
     /// <param name="trimEvery">How often unused free blocks are released; infinite for none (tests call <see cref="Trim"/>).</param>
-    internal BlockPool(TimeSpan trimEvery)
+    /// <param name="stacks">How many stacks of free blocks; by default one per core, at most 64.</param>
+    internal BlockPool(TimeSpan trimEvery, int stacks = 0)
     {
+        var count = stacks > 0 ? stacks : Math.Clamp(Environment.ProcessorCount, 1, 64);
+        _stacks = new FreeBlocks[count];
+        for (var i = 0; i < count; i++)
+        {
+            _stacks[i] = new FreeBlocks((MaxRetained / count) + (i < MaxRetained % count ? 1 : 0));
+        }
+
         if (trimEvery != Timeout.InfiniteTimeSpan)
         {
             _trim = new Timer(static pool => ((BlockPool)pool!).Trim(), this, trimEvery, trimEvery);
@@ -55,7 +60,19 @@ internal sealed class BlockPool : MemoryPool<byte>, IMemoryPoolFactory<byte>
     public override int MaxBufferSize => BlockSize;
 
     /// <summary>Free blocks held for reuse.</summary>
-    public int Retained => Volatile.Read(ref _count);
+    public int Retained
+    {
+        get
+        {
+            var retained = 0;
+            foreach (var stack in _stacks)
+            {
+                retained += stack.Count;
+            }
+
+            return retained;
+        }
+    }
 
     /// <summary>Kestrel asks once per listener; every listener shares the one pool.</summary>
     public MemoryPool<byte> Create(MemoryPoolOptions? options = null) => this;
@@ -63,17 +80,13 @@ internal sealed class BlockPool : MemoryPool<byte>, IMemoryPoolFactory<byte>
     public override IMemoryOwner<byte> Rent(int minBufferSize = -1)
     {
         ArgumentOutOfRangeException.ThrowIfGreaterThan(minBufferSize, BlockSize);
-        lock (_lock)
+        var home = Home();
+        for (var i = 0; i < _stacks.Length; i++)
         {
-            if (_count > 0)
+            if (_stacks[(home + i) % _stacks.Length].TryPop() is { } block)
             {
-                var block = _free[--_count];
-                _free[_count] = null!;
-                _lowWater = Math.Min(_lowWater, _count);
                 return block;
             }
-
-            _lowWater = 0;
         }
 
         return new Block(this);
@@ -83,16 +96,13 @@ internal sealed class BlockPool : MemoryPool<byte>, IMemoryPoolFactory<byte>
     /// <returns>How many blocks were released.</returns>
     public int Trim()
     {
-        lock (_lock)
+        var released = 0;
+        foreach (var stack in _stacks)
         {
-            // From the bottom: the blocks returned longest ago.
-            var released = (Math.Min(_lowWater, _count) + 1) / 2;
-            Array.Copy(_free, released, _free, 0, _count - released);
-            Array.Clear(_free, _count - released, released);
-            _count -= released;
-            _lowWater = _count;
-            return released;
+            released += stack.Trim();
         }
+
+        return released;
     }
 
     protected override void Dispose(bool disposing)
@@ -107,11 +117,69 @@ internal sealed class BlockPool : MemoryPool<byte>, IMemoryPoolFactory<byte>
 
     private void Return(Block block)
     {
-        lock (_lock)
+        // On this core's stack, else on another's with room; with every stack full (64 MB of free
+        // blocks) the block is left to the collector.
+        var home = Home();
+        for (var i = 0; i < _stacks.Length && !_stacks[(home + i) % _stacks.Length].TryPush(block); i++)
         {
-            if (_count < MaxRetained)
+        }
+    }
+
+    private int Home() => _stacks.Length == 1 ? 0 : Thread.GetCurrentProcessorId() % _stacks.Length;
+
+    private sealed class FreeBlocks(int capacity)
+    {
+        private readonly Block[] _blocks = new Block[capacity];
+        private readonly Lock _lock = new();
+        private int _count;
+
+        // The fewest free blocks seen since the last trim: that many were not needed all interval.
+        private int _lowWater;
+
+        public int Count => Volatile.Read(ref _count);
+
+        public Block? TryPop()
+        {
+            lock (_lock)
             {
-                _free[_count++] = block;
+                if (_count == 0)
+                {
+                    _lowWater = 0;
+                    return null;
+                }
+
+                var block = _blocks[--_count];
+                _blocks[_count] = null!;
+                _lowWater = Math.Min(_lowWater, _count);
+                return block;
+            }
+        }
+
+        public bool TryPush(Block block)
+        {
+            lock (_lock)
+            {
+                if (_count == _blocks.Length)
+                {
+                    return false;
+                }
+
+                _blocks[_count++] = block;
+                return true;
+            }
+        }
+
+        /// <summary>Releases half of the blocks no rent needed since the last trim, from the bottom: those returned longest ago.</summary>
+        public int Trim()
+        {
+            lock (_lock)
+            {
+                var released = (Math.Min(_lowWater, _count) + 1) / 2;
+                Array.Copy(_blocks, released, _blocks, 0, _count - released);
+                Array.Clear(_blocks, _count - released, released);
+                _count -= released;
+                _lowWater = _count;
+                return released;
             }
         }
     }

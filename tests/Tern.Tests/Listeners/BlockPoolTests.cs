@@ -6,7 +6,9 @@ namespace Tern.Tests.Listeners;
 
 public sealed class BlockPoolTests : IDisposable
 {
-    private readonly BlockPool _pool = new(Timeout.InfiniteTimeSpan);
+    // One stack of free blocks, so that the order of rents does not depend on which core the test
+    // thread runs on (BlockPool keeps one per core).
+    private readonly BlockPool _pool = new(Timeout.InfiniteTimeSpan, stacks: 1);
 
     public void Dispose() => _pool.Dispose();
 
@@ -90,6 +92,29 @@ public sealed class BlockPoolTests : IDisposable
         Return(kept);
 
         static byte[] Array(IMemoryOwner<byte> block) => MemoryMarshal.TryGetArray<byte>(block.Memory, out var segment) ? segment.Array! : throw new InvalidOperationException();
+    }
+
+    /// <summary>
+    /// With a stack per core, a rent finds blocks returned on any core, and blocks returned beyond
+    /// one core's share go to the others' stacks, up to the pool's limit.
+    /// </summary>
+    [Fact]
+    public void Stacks_PerCore_ShareTheirBlocks_UpToThePoolsLimit()
+    {
+        using var pool = new BlockPool(Timeout.InfiniteTimeSpan, stacks: 4);
+        var first = Enumerable.Range(0, 10).Select(_ => pool.Rent()).ToList();
+        var arrays = first.Select(b => MemoryMarshal.TryGetArray<byte>(b.Memory, out var a) ? a.Array : null).ToHashSet();
+        first.ForEach(b => b.Dispose());
+        Assert.Equal(10, pool.Retained);
+
+        var again = Enumerable.Range(0, 10).Select(_ => pool.Rent()).ToList();
+        Assert.All(again, b => Assert.Contains(MemoryMarshal.TryGetArray<byte>(b.Memory, out var a) ? a.Array : null, arrays));
+        Assert.Equal(0, pool.Retained);
+        again.ForEach(b => b.Dispose());
+
+        var many = Enumerable.Range(0, BlockPool.MaxRetained + 5).Select(_ => pool.Rent()).ToList();
+        many.ForEach(b => b.Dispose());
+        Assert.Equal(BlockPool.MaxRetained, pool.Retained);
     }
 
     private List<IMemoryOwner<byte>> Rent(int count) => Enumerable.Range(0, count).Select(_ => _pool.Rent()).ToList();
