@@ -200,8 +200,7 @@ public abstract class ProcessTests(string engine)
         environment["ReverseProxy__Clusters__other__Destinations__d1__Address"] = other.Address.ToString();
 
         await using var tern = TernProcess.Start(environment);
-        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
-        using var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+        using var client = await ServingClientAsync(tern, environment);
 
         Assert.Equal("app", await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
         Assert.Equal("other", await client.GetStringAsync(new Uri("/extra/name", UriKind.Relative)));
@@ -349,8 +348,7 @@ public abstract class ProcessTests(string engine)
         }
 
         var tern = TernProcess.Start(environment);
-        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
-        var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+        var client = await ServingClientAsync(tern, environment);
         return (tern, client, environment);
     }
 
@@ -444,8 +442,7 @@ public abstract class ProcessTests(string engine)
 
         static async Task ServeThroughTlsAsync(TernProcess tern, Dictionary<string, string> environment)
         {
-            await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
-            using var client = TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
+            using var client = await ServingClientAsync(tern, environment);
             using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
             Assert.Equal(HttpStatusCode.OK, response.StatusCode);
         }
@@ -506,12 +503,13 @@ public abstract class ProcessTests(string engine)
         {
             Directory.Delete(home, recursive: true);
         }
+    }
 
-        static async Task<HttpClient> ServingClientAsync(TernProcess tern, Dictionary<string, string> environment)
-        {
-            await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
-            return TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
-        }
+    /// <summary>Waits until the process serves, then gives a client of its HTTPS listener.</summary>
+    private static async Task<HttpClient> ServingClientAsync(TernProcess tern, Dictionary<string, string> environment)
+    {
+        await tern.WaitUntilServingAsync(int.Parse(environment["Tern__Management__Port"], System.Globalization.CultureInfo.InvariantCulture));
+        return TernInstance.CreateClient(int.Parse(environment["Tern__Https__Port"], System.Globalization.CultureInfo.InvariantCulture), "https", "localhost", null, null);
     }
 
     private Dictionary<string, string> FreePorts() => new()
