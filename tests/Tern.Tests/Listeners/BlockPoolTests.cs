@@ -90,8 +90,6 @@ public sealed class BlockPoolTests : IDisposable
         var kept = Rent(2);
         Assert.Equal([arrays[3], arrays[2]], kept.Select(Array));
         Return(kept);
-
-        static byte[] Array(IMemoryOwner<byte> block) => MemoryMarshal.TryGetArray<byte>(block.Memory, out var segment) ? segment.Array! : throw new InvalidOperationException();
     }
 
     /// <summary>
@@ -103,12 +101,12 @@ public sealed class BlockPoolTests : IDisposable
     {
         using var pool = new BlockPool(Timeout.InfiniteTimeSpan, stacks: 4);
         var first = Enumerable.Range(0, 10).Select(_ => pool.Rent()).ToList();
-        var arrays = first.Select(b => MemoryMarshal.TryGetArray<byte>(b.Memory, out var a) ? a.Array : null).ToHashSet();
+        var arrays = first.Select(Array).ToHashSet();
         first.ForEach(b => b.Dispose());
         Assert.Equal(10, pool.Retained);
 
         var again = Enumerable.Range(0, 10).Select(_ => pool.Rent()).ToList();
-        Assert.All(again, b => Assert.Contains(MemoryMarshal.TryGetArray<byte>(b.Memory, out var a) ? a.Array : null, arrays));
+        Assert.All(again, b => Assert.Contains(Array(b), arrays));
         Assert.Equal(0, pool.Retained);
         again.ForEach(b => b.Dispose());
 
@@ -116,6 +114,9 @@ public sealed class BlockPoolTests : IDisposable
         many.ForEach(b => b.Dispose());
         Assert.Equal(BlockPool.MaxRetained, pool.Retained);
     }
+
+    /// <summary>The pinned array behind a block.</summary>
+    private static byte[] Array(IMemoryOwner<byte> block) => MemoryMarshal.TryGetArray<byte>(block.Memory, out var segment) ? segment.Array! : throw new InvalidOperationException("a block not backed by an array");
 
     private List<IMemoryOwner<byte>> Rent(int count) => Enumerable.Range(0, count).Select(_ => _pool.Rent()).ToList();
 
