@@ -5,7 +5,8 @@ namespace Tern.Tests.Infrastructure;
 /// <summary>Runs an outside client (curl, openssl) to completion, bounded in time.</summary>
 public static class Tool
 {
-    public static async Task<(int ExitCode, string Output)> RunAsync(string file, IEnumerable<string> args, string? input = null, int timeoutSeconds = 20)
+    public static async Task<(int ExitCode, string Output)> RunAsync(string file, IEnumerable<string> args, string? input = null, int timeoutSeconds = 20,
+        IReadOnlyDictionary<string, string>? environment = null)
     {
         var start = new ProcessStartInfo(file)
         {
@@ -17,6 +18,11 @@ public static class Tool
         foreach (var arg in args)
         {
             start.ArgumentList.Add(arg);
+        }
+
+        foreach (var (name, value) in environment ?? new Dictionary<string, string>())
+        {
+            start.Environment[name] = value;
         }
 
         using var process = Process.Start(start)!;

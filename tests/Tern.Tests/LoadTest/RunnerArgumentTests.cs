@@ -1,13 +1,18 @@
+using System.Runtime.Versioning;
 using Tern.Tests.Infrastructure;
 
 namespace Tern.Tests.LoadTest;
 
 /// <summary>
 /// loadtest/run refuses bad arguments at once, with one line naming the argument, before it builds
-/// anything or loads the machine: a mistake found after a 13-minute run would lose the run.
+/// anything or loads the machine: a mistake found after a 13-minute run would lose the run. The
+/// same holds for a tool it needs, gnuplot among them: without it a run used to write no chart and
+/// say so only by leaving ", .png" out of its last line.
 /// </summary>
 public class RunnerArgumentTests
 {
+    private static readonly string Runner = Path.Combine(Repository.Root, "loadtest", "run");
+
     public static TheoryData<string, string, int, string> BadArguments() => new()
     {
         { "no rounds", "--repeat|0", 2, "run: error: argument --repeat: '0' is not a whole number of rounds, 1 or more" },
@@ -17,17 +22,110 @@ public class RunnerArgumentTests
         { "unknown server", "--servers|tern-OpenSsl,envoy", 1, "loadtest: unknown envoy; choose from tern-OpenSsl, " },
         { "results folder is a file", "--results|/etc/hostname", 1, "loadtest: --results /etc/hostname: not a folder" },
         { "results folder cannot be made", "--results|/proc/tern-results", 1, "loadtest: --results /proc/tern-results: No such file or directory" },
+        { "chart of a missing file", "--chart|/nonexistent/run.csv", 1, "loadtest: --chart /nonexistent/run.csv: No such file or directory" },
+        { "chart of a file no run wrote", "--chart|/etc/hostname", 1, "loadtest: --chart /etc/hostname: not a CSV written by loadtest/run" },
     };
 
     [Theory]
     [MemberData(nameof(BadArguments))]
     public async Task BadArgument_ExitsAtOnceNamingIt(string name, string arguments, int exitCode, string expectedLine)
     {
-        var (exit, output) = await Tool.RunAsync("python3", [Path.Combine(Repository.Root, "loadtest", "run"), .. arguments.Split('|')], timeoutSeconds: 30);
+        var (exit, output) = await Tool.RunAsync("python3", [Runner, .. arguments.Split('|')], timeoutSeconds: 30);
 
         Assert.True(exit == exitCode, $"{name}: exit {exit}\n{output}");
         // The line starts so (the lists of scenarios and servers grow).
         Assert.Contains(output.Split('\n'), line => line.StartsWith(expectedLine, StringComparison.Ordinal));
         Assert.DoesNotContain("building Release", output, StringComparison.Ordinal);
     }
+
+    [Fact]
+    public async Task WithoutGnuplot_ARunStopsBeforeBuilding_NamingIt()
+    {
+        // A PATH holding every tool the runner needs that this machine has, but gnuplot.
+        var bin = Directory.CreateTempSubdirectory("tern-nognuplot-").FullName;
+        try
+        {
+            foreach (var tool in new[] { "wrk", "h2load", "nginx", "openssl", "cc", "taskset", "dotnet" })
+            {
+                if (OnPath(tool) is { } found)
+                {
+                    File.CreateSymbolicLink(Path.Combine(bin, tool), found);
+                }
+            }
+
+            // The interpreter itself: what PATH finds may be a wrapper that needs PATH (pyenv's shims).
+            var python = (await Tool.RunAsync("python3", ["-c", "import sys; print(sys.executable)"])).Output.Trim();
+            var (exit, output) = await Tool.RunAsync(python, [Runner, "--quick", "--results", Path.Combine(bin, "results")], timeoutSeconds: 30,
+                environment: new Dictionary<string, string> { ["PATH"] = bin });
+
+            Assert.True(exit == 1, $"exit {exit}\n{output}");
+            var line = Assert.Single(output.Split('\n'), l => l.StartsWith("loadtest: missing ", StringComparison.Ordinal));
+            Assert.Contains("gnuplot", line, StringComparison.Ordinal);
+            Assert.DoesNotContain("building Release", output, StringComparison.Ordinal);
+        }
+        finally
+        {
+            Directory.Delete(bin, recursive: true);
+        }
+    }
+
+    [Fact]
+    public async Task Chart_IsDrawnAgainFromARunsCsv()
+    {
+        // A committed run's CSV, copied: its chart is drawn beside the copy from the rounds alone.
+        var folder = Directory.CreateTempSubdirectory("tern-chart-").FullName;
+        try
+        {
+            var csv = Path.Combine(folder, "2026-11-25-2145.csv");
+            File.Copy(Path.Combine(Repository.Root, "loadtest", "results", "2026-11-25-2145.csv"), csv);
+
+            var (exit, output) = await Tool.RunAsync("python3", [Runner, "--chart", csv], timeoutSeconds: 30);
+
+            Assert.True(exit == 0, $"exit {exit}\n{output}");
+            var png = File.ReadAllBytes(Path.ChangeExtension(csv, ".png"));
+            Assert.True(png.Length > 2000, $"{png.Length} bytes");
+            Assert.Equal(new byte[] { 0x89, (byte)'P', (byte)'N', (byte)'G' }, png[..4]);
+            Assert.Contains($"written {Path.ChangeExtension(csv, ".png")}", output, StringComparison.Ordinal);
+            Assert.DoesNotContain("building Release", output, StringComparison.Ordinal);
+            Assert.Equal(new[] { "2026-11-25-2145.csv", "2026-11-25-2145.png" }, Directory.GetFiles(folder).Select(Path.GetFileName).Order());
+        }
+        finally
+        {
+            Directory.Delete(folder, recursive: true);
+        }
+    }
+
+    [Fact]
+    [SupportedOSPlatform("linux")] // the runner, like Tern, runs on Linux
+    public async Task Chart_GnuplotFailing_SaysSoInOneLine_AndKeepsTheEarlierChart()
+    {
+        var folder = Directory.CreateTempSubdirectory("tern-chartfail-").FullName;
+        try
+        {
+            var csv = Path.Combine(folder, "run.csv");
+            File.Copy(Path.Combine(Repository.Root, "loadtest", "results", "2026-11-25-2145.csv"), csv);
+            File.WriteAllText(Path.ChangeExtension(csv, ".png"), "the earlier chart");
+            var gnuplot = Path.Combine(folder, "gnuplot");
+            File.WriteAllText(gnuplot, "#!/bin/sh\necho 'line 0: cannot open font' >&2\nexit 1\n");
+            File.SetUnixFileMode(gnuplot, UnixFileMode.UserRead | UnixFileMode.UserExecute);
+
+            var (exit, output) = await Tool.RunAsync("python3", [Runner, "--chart", csv], timeoutSeconds: 30,
+                environment: new Dictionary<string, string> { ["PATH"] = folder + ":" + Environment.GetEnvironmentVariable("PATH") });
+
+            Assert.True(exit == 1, $"exit {exit}\n{output}");
+            Assert.Contains(output.Split('\n'), line => line == $"loadtest: gnuplot could not draw {Path.ChangeExtension(csv, ".png")} (line 0: cannot open font);"
+                + $" the report is written: draw it again with loadtest/run --chart {csv}");
+            Assert.Equal("the earlier chart", File.ReadAllText(Path.ChangeExtension(csv, ".png")));
+            Assert.Equal(new[] { "gnuplot", "run.csv", "run.png" }, Directory.GetFiles(folder).Select(Path.GetFileName).Order());
+        }
+        finally
+        {
+            Directory.Delete(folder, recursive: true);
+        }
+    }
+
+    private static string? OnPath(string tool) =>
+        (Environment.GetEnvironmentVariable("PATH") ?? "").Split(':', StringSplitOptions.RemoveEmptyEntries)
+            .Select(directory => Path.Combine(directory, tool))
+            .FirstOrDefault(File.Exists);
 }
