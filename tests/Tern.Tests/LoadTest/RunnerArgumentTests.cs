@@ -23,7 +23,7 @@ public class RunnerArgumentTests
         { "results folder is a file", "--results|/etc/hostname", 1, "loadtest: --results /etc/hostname: not a folder" },
         { "results folder cannot be made", "--results|/proc/tern-results", 1, "loadtest: --results /proc/tern-results: No such file or directory" },
         { "chart of a missing file", "--chart|/nonexistent/run.csv", 1, "loadtest: --chart /nonexistent/run.csv: No such file or directory" },
-        { "chart of a file no run wrote", "--chart|/etc/hostname", 1, "loadtest: --chart /etc/hostname: not a CSV written by loadtest/run" },
+        { "chart of a file that is not a CSV", "--chart|/etc/hostname", 1, "loadtest: --chart /etc/hostname: not a .csv file" },
     };
 
     [Theory]
@@ -96,6 +96,41 @@ public class RunnerArgumentTests
     }
 
     [Fact]
+    public async Task Chart_OfACsvNoRunWrote_IsOneLine()
+    {
+        var folder = Directory.CreateTempSubdirectory("tern-chartbad-").FullName;
+        try
+        {
+            var committed = File.ReadAllText(Path.Combine(Repository.Root, "loadtest", "results", "2026-11-25-2145.csv"));
+            var cases = new Dictionary<string, (byte[] Content, string Says)>
+            {
+                ["binary.csv"] = ([0x89, (byte)'P', (byte)'N', (byte)'G', 0xff, 0xfe, 0x00, 0x81], "'utf-8' codec can't decode byte"),
+                ["columns.csv"] = ("name,value\nh1-1k,3\n"u8.ToArray(), "not a run's CSV (it needs the columns round, scenario, server)"),
+                // A run's CSV with one figure edited into something that is not a number.
+                ["edited.csv"] = (System.Text.Encoding.UTF8.GetBytes(committed.Replace(",0.0436,", ",fast,", StringComparison.Ordinal)), "could not convert string to float: 'fast'"),
+            };
+            Assert.Contains(",0.0436,", committed, StringComparison.Ordinal);
+            foreach (var (file, (content, says)) in cases)
+            {
+                var csv = Path.Combine(folder, file);
+                File.WriteAllBytes(csv, content);
+
+                var (exit, output) = await Tool.RunAsync("python3", [Runner, "--chart", csv], timeoutSeconds: 30);
+
+                Assert.True(exit == 1, $"{file}: exit {exit}\n{output}");
+                var line = Assert.Single(output.Split('\n', StringSplitOptions.RemoveEmptyEntries)); // no traceback
+                Assert.StartsWith($"loadtest: --chart {csv}: ", line, StringComparison.Ordinal);
+                Assert.Contains(says, output, StringComparison.Ordinal);
+                Assert.False(File.Exists(Path.ChangeExtension(csv, ".png")), file);
+            }
+        }
+        finally
+        {
+            Directory.Delete(folder, recursive: true);
+        }
+    }
+
+    [Fact]
     [SupportedOSPlatform("linux")] // the runner, like Tern, runs on Linux
     public async Task Chart_GnuplotFailing_SaysSoInOneLine_AndKeepsTheEarlierChart()
     {
@@ -106,15 +141,16 @@ public class RunnerArgumentTests
             File.Copy(Path.Combine(Repository.Root, "loadtest", "results", "2026-11-25-2145.csv"), csv);
             File.WriteAllText(Path.ChangeExtension(csv, ".png"), "the earlier chart");
             var gnuplot = Path.Combine(folder, "gnuplot");
-            File.WriteAllText(gnuplot, "#!/bin/sh\necho 'line 0: cannot open font' >&2\nexit 1\n");
+            // It starts the chart (in the file named by "set output '...'"), then fails.
+            File.WriteAllText(gnuplot, "#!/bin/sh\nout=$(printf '%s' \"$2\" | sed -n \"s/.*set output '\\([^']*\\)'.*/\\1/p\")\n"
+                + "printf 'half a chart' > \"$out\"\necho 'line 0: cannot open font' >&2\nexit 1\n");
             File.SetUnixFileMode(gnuplot, UnixFileMode.UserRead | UnixFileMode.UserExecute);
 
             var (exit, output) = await Tool.RunAsync("python3", [Runner, "--chart", csv], timeoutSeconds: 30,
                 environment: new Dictionary<string, string> { ["PATH"] = folder + ":" + Environment.GetEnvironmentVariable("PATH") });
 
             Assert.True(exit == 1, $"exit {exit}\n{output}");
-            Assert.Contains(output.Split('\n'), line => line == $"loadtest: gnuplot could not draw {Path.ChangeExtension(csv, ".png")} (line 0: cannot open font);"
-                + $" the report is written: draw it again with loadtest/run --chart {csv}");
+            Assert.Equal($"loadtest: gnuplot could not draw {Path.ChangeExtension(csv, ".png")} (line 0: cannot open font)", output.Trim());
             Assert.Equal("the earlier chart", File.ReadAllText(Path.ChangeExtension(csv, ".png")));
             Assert.Equal(new[] { "gnuplot", "run.csv", "run.png" }, Directory.GetFiles(folder).Select(Path.GetFileName).Order());
         }
