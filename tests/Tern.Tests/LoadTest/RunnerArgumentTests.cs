@@ -13,6 +13,9 @@ public class RunnerArgumentTests
 {
     private static readonly string Runner = Path.Combine(Repository.Root, "loadtest", "run");
 
+    // A committed run's CSV: the --chart tests read copies of it.
+    private static readonly string CommittedCsv = Path.Combine(Repository.Root, "loadtest", "results", "2026-11-25-2145.csv");
+
     public static TheoryData<string, string, int, string> BadArguments() => new()
     {
         { "no rounds", "--repeat|0", 2, "run: error: argument --repeat: '0' is not a whole number of rounds, 1 or more" },
@@ -39,120 +42,103 @@ public class RunnerArgumentTests
     }
 
     [Fact]
-    public async Task WithoutGnuplot_ARunStopsBeforeBuilding_NamingIt()
+    public Task WithoutGnuplot_ARunStopsBeforeBuilding_NamingIt() => InTempFolderAsync("tern-nognuplot-", async bin =>
     {
         // A PATH holding every tool the runner needs that this machine has, but gnuplot.
-        var bin = Directory.CreateTempSubdirectory("tern-nognuplot-").FullName;
-        try
+        foreach (var tool in new[] { "wrk", "h2load", "nginx", "openssl", "cc", "taskset", "dotnet" })
         {
-            foreach (var tool in new[] { "wrk", "h2load", "nginx", "openssl", "cc", "taskset", "dotnet" })
+            if (OnPath(tool) is { } found)
             {
-                if (OnPath(tool) is { } found)
-                {
-                    File.CreateSymbolicLink(Path.Combine(bin, tool), found);
-                }
+                File.CreateSymbolicLink(Path.Combine(bin, tool), found);
             }
-
-            // The interpreter itself: what PATH finds may be a wrapper that needs PATH (pyenv's shims).
-            var python = (await Tool.RunAsync("python3", ["-c", "import sys; print(sys.executable)"])).Output.Trim();
-            var (exit, output) = await Tool.RunAsync(python, [Runner, "--quick", "--results", Path.Combine(bin, "results")], timeoutSeconds: 30,
-                environment: new Dictionary<string, string> { ["PATH"] = bin });
-
-            Assert.True(exit == 1, $"exit {exit}\n{output}");
-            var line = Assert.Single(output.Split('\n'), l => l.StartsWith("loadtest: missing ", StringComparison.Ordinal));
-            Assert.Contains("gnuplot", line, StringComparison.Ordinal);
-            Assert.DoesNotContain("building Release", output, StringComparison.Ordinal);
         }
-        finally
-        {
-            Directory.Delete(bin, recursive: true);
-        }
-    }
+
+        // The interpreter itself: what PATH finds may be a wrapper that needs PATH (pyenv's shims).
+        var python = (await Tool.RunAsync("python3", ["-c", "import sys; print(sys.executable)"])).Output.Trim();
+        var (exit, output) = await Tool.RunAsync(python, [Runner, "--quick", "--results", Path.Combine(bin, "results")], timeoutSeconds: 30,
+            environment: new Dictionary<string, string> { ["PATH"] = bin });
+
+        Assert.True(exit == 1, $"exit {exit}\n{output}");
+        var line = Assert.Single(output.Split('\n'), l => l.StartsWith("loadtest: missing ", StringComparison.Ordinal));
+        Assert.Contains("gnuplot", line, StringComparison.Ordinal);
+        Assert.DoesNotContain("building Release", output, StringComparison.Ordinal);
+    });
 
     [Fact]
-    public async Task Chart_IsDrawnAgainFromARunsCsv()
+    public Task Chart_IsDrawnAgainFromARunsCsv() => InTempFolderAsync("tern-chart-", async folder =>
     {
-        // A committed run's CSV, copied: its chart is drawn beside the copy from the rounds alone.
-        var folder = Directory.CreateTempSubdirectory("tern-chart-").FullName;
-        try
+        // A copy of a committed run's CSV: its chart is drawn beside the copy from the rounds alone.
+        var csv = Path.Combine(folder, Path.GetFileName(CommittedCsv));
+        File.Copy(CommittedCsv, csv);
+        var png = Path.ChangeExtension(csv, ".png");
+
+        var (exit, output) = await Tool.RunAsync("python3", [Runner, "--chart", csv], timeoutSeconds: 30);
+
+        Assert.True(exit == 0, $"exit {exit}\n{output}");
+        var drawn = File.ReadAllBytes(png);
+        Assert.True(drawn.Length > 2000, $"{drawn.Length} bytes");
+        Assert.Equal(new byte[] { 0x89, (byte)'P', (byte)'N', (byte)'G' }, drawn[..4]);
+        Assert.Contains($"written {png}", output, StringComparison.Ordinal);
+        Assert.DoesNotContain("building Release", output, StringComparison.Ordinal);
+        Assert.Equal(new[] { csv, png }, Directory.GetFiles(folder).Order());
+    });
+
+    [Fact]
+    public Task Chart_OfACsvNoRunWrote_IsOneLine() => InTempFolderAsync("tern-chartbad-", async folder =>
+    {
+        var committed = File.ReadAllText(CommittedCsv);
+        Assert.Contains(",0.0436,", committed, StringComparison.Ordinal);
+        var cases = new Dictionary<string, (byte[] Content, string Says)>
         {
-            var csv = Path.Combine(folder, "2026-11-25-2145.csv");
-            File.Copy(Path.Combine(Repository.Root, "loadtest", "results", "2026-11-25-2145.csv"), csv);
+            ["binary.csv"] = ([0x89, (byte)'P', (byte)'N', (byte)'G', 0xff, 0xfe, 0x00, 0x81], "'utf-8' codec can't decode byte"),
+            ["columns.csv"] = ("name,value\nh1-1k,3\n"u8.ToArray(), "not a run's CSV (it needs the columns round, scenario, server)"),
+            // A run's CSV with one figure edited into something that is not a number.
+            ["edited.csv"] = (System.Text.Encoding.UTF8.GetBytes(committed.Replace(",0.0436,", ",fast,", StringComparison.Ordinal)), "could not convert string to float: 'fast'"),
+        };
+        foreach (var (file, (content, says)) in cases)
+        {
+            var csv = Path.Combine(folder, file);
+            File.WriteAllBytes(csv, content);
 
             var (exit, output) = await Tool.RunAsync("python3", [Runner, "--chart", csv], timeoutSeconds: 30);
 
-            Assert.True(exit == 0, $"exit {exit}\n{output}");
-            var png = File.ReadAllBytes(Path.ChangeExtension(csv, ".png"));
-            Assert.True(png.Length > 2000, $"{png.Length} bytes");
-            Assert.Equal(new byte[] { 0x89, (byte)'P', (byte)'N', (byte)'G' }, png[..4]);
-            Assert.Contains($"written {Path.ChangeExtension(csv, ".png")}", output, StringComparison.Ordinal);
-            Assert.DoesNotContain("building Release", output, StringComparison.Ordinal);
-            Assert.Equal(new[] { "2026-11-25-2145.csv", "2026-11-25-2145.png" }, Directory.GetFiles(folder).Select(Path.GetFileName).Order());
+            Assert.True(exit == 1, $"{file}: exit {exit}\n{output}");
+            var line = Assert.Single(output.Split('\n', StringSplitOptions.RemoveEmptyEntries)); // no traceback
+            Assert.StartsWith($"loadtest: --chart {csv}: ", line, StringComparison.Ordinal);
+            Assert.Contains(says, line, StringComparison.Ordinal);
+            Assert.False(File.Exists(Path.ChangeExtension(csv, ".png")), file);
         }
-        finally
-        {
-            Directory.Delete(folder, recursive: true);
-        }
-    }
-
-    [Fact]
-    public async Task Chart_OfACsvNoRunWrote_IsOneLine()
-    {
-        var folder = Directory.CreateTempSubdirectory("tern-chartbad-").FullName;
-        try
-        {
-            var committed = File.ReadAllText(Path.Combine(Repository.Root, "loadtest", "results", "2026-11-25-2145.csv"));
-            var cases = new Dictionary<string, (byte[] Content, string Says)>
-            {
-                ["binary.csv"] = ([0x89, (byte)'P', (byte)'N', (byte)'G', 0xff, 0xfe, 0x00, 0x81], "'utf-8' codec can't decode byte"),
-                ["columns.csv"] = ("name,value\nh1-1k,3\n"u8.ToArray(), "not a run's CSV (it needs the columns round, scenario, server)"),
-                // A run's CSV with one figure edited into something that is not a number.
-                ["edited.csv"] = (System.Text.Encoding.UTF8.GetBytes(committed.Replace(",0.0436,", ",fast,", StringComparison.Ordinal)), "could not convert string to float: 'fast'"),
-            };
-            Assert.Contains(",0.0436,", committed, StringComparison.Ordinal);
-            foreach (var (file, (content, says)) in cases)
-            {
-                var csv = Path.Combine(folder, file);
-                File.WriteAllBytes(csv, content);
-
-                var (exit, output) = await Tool.RunAsync("python3", [Runner, "--chart", csv], timeoutSeconds: 30);
-
-                Assert.True(exit == 1, $"{file}: exit {exit}\n{output}");
-                var line = Assert.Single(output.Split('\n', StringSplitOptions.RemoveEmptyEntries)); // no traceback
-                Assert.StartsWith($"loadtest: --chart {csv}: ", line, StringComparison.Ordinal);
-                Assert.Contains(says, output, StringComparison.Ordinal);
-                Assert.False(File.Exists(Path.ChangeExtension(csv, ".png")), file);
-            }
-        }
-        finally
-        {
-            Directory.Delete(folder, recursive: true);
-        }
-    }
+    });
 
     [Fact]
     [SupportedOSPlatform("linux")] // the runner, like Tern, runs on Linux
-    public async Task Chart_GnuplotFailing_SaysSoInOneLine_AndKeepsTheEarlierChart()
+    public Task Chart_GnuplotFailing_SaysSoInOneLine_AndKeepsTheEarlierChart() => InTempFolderAsync("tern-chartfail-", async folder =>
     {
-        var folder = Directory.CreateTempSubdirectory("tern-chartfail-").FullName;
+        var csv = Path.Combine(folder, "run.csv");
+        File.Copy(CommittedCsv, csv);
+        var png = Path.ChangeExtension(csv, ".png");
+        File.WriteAllText(png, "the earlier chart");
+        var gnuplot = Path.Combine(folder, "gnuplot");
+        // It starts the chart (in the file named by "set output '...'"), then fails.
+        File.WriteAllText(gnuplot, "#!/bin/sh\nout=$(printf '%s' \"$2\" | sed -n \"s/.*set output '\\([^']*\\)'.*/\\1/p\")\n"
+            + "printf 'half a chart' > \"$out\"\necho 'line 0: cannot open font' >&2\nexit 1\n");
+        File.SetUnixFileMode(gnuplot, UnixFileMode.UserRead | UnixFileMode.UserExecute);
+
+        var (exit, output) = await Tool.RunAsync("python3", [Runner, "--chart", csv], timeoutSeconds: 30,
+            environment: new Dictionary<string, string> { ["PATH"] = folder + ":" + Environment.GetEnvironmentVariable("PATH") });
+
+        Assert.True(exit == 1, $"exit {exit}\n{output}");
+        Assert.Equal($"loadtest: gnuplot could not draw {png} (line 0: cannot open font)", output.Trim());
+        Assert.Equal("the earlier chart", File.ReadAllText(png));
+        Assert.Equal(new[] { gnuplot, csv, png }, Directory.GetFiles(folder).Order()); // the half-drawn one removed
+    });
+
+    private static async Task InTempFolderAsync(string prefix, Func<string, Task> test)
+    {
+        var folder = Directory.CreateTempSubdirectory(prefix).FullName;
         try
         {
-            var csv = Path.Combine(folder, "run.csv");
-            File.Copy(Path.Combine(Repository.Root, "loadtest", "results", "2026-11-25-2145.csv"), csv);
-            File.WriteAllText(Path.ChangeExtension(csv, ".png"), "the earlier chart");
-            var gnuplot = Path.Combine(folder, "gnuplot");
-            // It starts the chart (in the file named by "set output '...'"), then fails.
-            File.WriteAllText(gnuplot, "#!/bin/sh\nout=$(printf '%s' \"$2\" | sed -n \"s/.*set output '\\([^']*\\)'.*/\\1/p\")\n"
-                + "printf 'half a chart' > \"$out\"\necho 'line 0: cannot open font' >&2\nexit 1\n");
-            File.SetUnixFileMode(gnuplot, UnixFileMode.UserRead | UnixFileMode.UserExecute);
-
-            var (exit, output) = await Tool.RunAsync("python3", [Runner, "--chart", csv], timeoutSeconds: 30,
-                environment: new Dictionary<string, string> { ["PATH"] = folder + ":" + Environment.GetEnvironmentVariable("PATH") });
-
-            Assert.True(exit == 1, $"exit {exit}\n{output}");
-            Assert.Equal($"loadtest: gnuplot could not draw {Path.ChangeExtension(csv, ".png")} (line 0: cannot open font)", output.Trim());
-            Assert.Equal("the earlier chart", File.ReadAllText(Path.ChangeExtension(csv, ".png")));
-            Assert.Equal(new[] { "gnuplot", "run.csv", "run.png" }, Directory.GetFiles(folder).Select(Path.GetFileName).Order());
+            await test(folder);
         }
         finally
         {
