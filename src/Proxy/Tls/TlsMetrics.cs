@@ -75,7 +75,7 @@ public sealed class TlsMetrics : IDisposable
             _byteTags[i] = [new("tern.tls.direction", s_directions[i / 2]), new("tern.tls.path", i % 2 == 0 ? Paths.Direct : Paths.Spill)];
         }
 
-        _meter.CreateObservableCounter("tern.tls.bytes", ObserveBytes, "By", "TLS bytes by direction (decrypt: plaintext out; encrypt: ciphertext out; handshake: control records) and path (direct: written by OpenSSL straight into pipe memory; spill: through the spill buffer)");
+        _meter.CreateObservableCounter("tern.tls.bytes", ObserveBytes, "By", "TLS bytes by direction (decrypt: plaintext out; encrypt: ciphertext out; handshake: the handshake's records out; shutdown: close_notify out) and path (direct: written by OpenSSL straight into pipe memory; spill: through the spill buffer)");
         _spillEvents = _meter.CreateCounter<long>("tern.tls.spill.events", "{event}", "Native calls whose output did not fit the window and went to the spill buffer");
         _handshakes = _meter.CreateCounter<long>("tern.tls.handshakes", "{handshake}", "TLS handshakes by result, protocol, cipher, ALPN and resumption");
         _handshakeDuration = _meter.CreateHistogram<double>("tern.tls.handshake.duration", "s", "Time from the accepted connection to the end of the handshake",

@@ -259,6 +259,45 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
         Assert.True(direct >= 0.999 * (decrypted + encrypted), $"direct {direct} of {decrypted + encrypted}; spill/carry/copy {indirect}");
     }
 
+    /// <summary>
+    /// tern.tls.bytes counts every byte Tern sends once, by direction and path: the handshake's
+    /// records and close_notify too (until 2026-11-25 only their spilled bytes were counted, so a
+    /// handshake read as all spill or as nothing). Over TLS 1.2 the client has read the server's
+    /// whole flight, ticket included, when its handshake completes.
+    /// </summary>
+    [Fact]
+    public async Task HandshakeResponseAndCloseNotify_AreEachCountedOnce()
+    {
+        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        await socket.ConnectAsync(IPAddress.Loopback, _tern.Config.HttpsPort);
+        var counting = new CountingStream(new NetworkStream(socket, ownsSocket: true));
+        await using var tls = new SslStream(counting, false, (_, _, _, _) => true);
+        await tls.AuthenticateAsClientAsync(new SslClientAuthenticationOptions
+        {
+            TargetHost = "localhost",
+            ApplicationProtocols = [SslApplicationProtocol.Http11],
+            EnabledSslProtocols = SslProtocols.Tls12,
+        });
+        var handshake = counting.BytesRead;
+
+        await tls.WriteAsync("GET /bytes/100 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"u8.ToArray());
+        var received = new MemoryStream();
+        using (var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(20)))
+        {
+            await tls.CopyToAsync(received, timeout.Token); // to Tern's close_notify
+        }
+
+        var response = Encoding.Latin1.GetString(received.ToArray());
+
+        long Sent(string direction) => _meter.Total("tern.tls.bytes", $"tern.tls.direction={direction}");
+        Assert.StartsWith("HTTP/1.1 200", response, StringComparison.Ordinal);
+        Assert.True(handshake > 500, $"{handshake} bytes of handshake"); // a certificate among them
+        Assert.Equal(handshake, Sent("handshake"));
+        Assert.True(Sent("shutdown") > 0, "no close_notify counted");
+        Assert.Equal(counting.BytesRead, Sent("handshake") + Sent("encrypt") + Sent("shutdown"));
+        Assert.Equal(counting.BytesRead, _meter.Total("tern.tls.bytes", "tern.tls.path=direct") - Sent("decrypt"));
+    }
+
     [Theory]
     [InlineData("-tls1_2")]
     [InlineData("-tls1_3")]
@@ -625,6 +664,24 @@ public sealed class OpenSslTransportTests : IAsyncLifetime
                 await Inner.FlushAsync(cancellationToken);
             }
         }
+    }
+
+    /// <summary>Counts the bytes read through it.</summary>
+    private sealed class CountingStream(Stream inner) : PassThroughStream(inner)
+    {
+        private long _read;
+
+        public long BytesRead => Interlocked.Read(ref _read);
+
+        public override async ValueTask<int> ReadAsync(Memory<byte> buffer, CancellationToken cancellationToken = default)
+        {
+            var read = await base.ReadAsync(buffer, cancellationToken);
+            Interlocked.Add(ref _read, read);
+            return read;
+        }
+
+        public override Task<int> ReadAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) =>
+            ReadAsync(buffer.AsMemory(offset, count), cancellationToken).AsTask();
     }
 
     /// <summary>Passes writes through until Hold, then keeps the next write's bytes instead of sending them.</summary>

@@ -181,6 +181,7 @@ internal sealed partial class OpenSslConnection
         var window = _transport.Output.GetMemory(RecordOverhead);
         var call = Native(Operation.Shutdown, default, window.Span);
         _transport.Output.Advance(call.Produced);
+        _metrics.Direct(TlsMetrics.Direction.Shutdown, call.Direct);
         DrainSpill(call.Pending);
     }
 }

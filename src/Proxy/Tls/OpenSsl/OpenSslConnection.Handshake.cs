@@ -78,6 +78,7 @@ internal sealed partial class OpenSslConnection
     {
         var status = Interop.WantRead;
         long consumed = 0;
+        long direct = 0;
         foreach (var segment in buffer)
         {
             var offset = 0;
@@ -86,6 +87,7 @@ internal sealed partial class OpenSslConnection
                 var window = _transport.Output.GetMemory();
                 var call = Native(Operation.Handshake, segment.Span[offset..], window.Span);
                 _transport.Output.Advance(call.Produced);
+                direct += call.Direct;
                 offset += call.Consumed;
                 status = call.Status;
                 DrainSpill(call.Pending);
@@ -103,6 +105,7 @@ internal sealed partial class OpenSslConnection
             }
         }
 
+        _metrics.Direct(TlsMetrics.Direction.Handshake, direct);
         return (status, consumed);
     }
 
