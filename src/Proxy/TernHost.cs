@@ -126,7 +126,7 @@ public static class TernHost
         builder.Services.AddMetrics();
         builder.WebHost.UseKestrelCore();
 
-        // Every connection's socket reads and writes go through 16 KB blocks instead of Kestrel's
+        // Every connection's socket reads and writes go through 32 KB blocks instead of Kestrel's
         // 4 KB ones (BlockPool says why).
         builder.Services.Replace(ServiceDescriptor.Singleton<IMemoryPoolFactory<byte>>(BlockPool.Instance));
 

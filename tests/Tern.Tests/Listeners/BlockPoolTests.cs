@@ -13,10 +13,10 @@ public sealed class BlockPoolTests : IDisposable
     public void Dispose() => _pool.Dispose();
 
     [Fact]
-    public void Rent_GivesSixteenKilobyteBlocks_AndReusesReturnedOnes()
+    public void Rent_GivesThirtyTwoKilobyteBlocks_AndReusesReturnedOnes()
     {
         var first = _pool.Rent();
-        Assert.Equal(16 * 1024, first.Memory.Length);
+        Assert.Equal(32 * 1024, first.Memory.Length);
         Assert.True(MemoryMarshal.TryGetArray<byte>(first.Memory, out var array));
         first.Dispose();
         Assert.Equal(1, _pool.Retained);
@@ -38,6 +38,7 @@ public sealed class BlockPoolTests : IDisposable
     [Fact]
     public void Return_BeyondTheRetentionLimit_LeavesTheBlockToTheCollector()
     {
+        Assert.Equal(64 * 1024 * 1024, BlockPool.MaxRetained * BlockPool.BlockSize);
         var blocks = Enumerable.Range(0, BlockPool.MaxRetained + 3).Select(_ => _pool.Rent()).ToList();
         blocks.ForEach(b => b.Dispose());
         Assert.Equal(BlockPool.MaxRetained, _pool.Retained);

@@ -287,15 +287,15 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
     }
 
     [Fact]
-    public async Task Transport_IsTernsAcceptLoop_AndItsConnectionsReadIntoSixteenKilobyteBlocks()
+    public async Task Transport_IsTernsAcceptLoop_AndItsConnectionsReadIntoThirtyTwoKilobyteBlocks()
     {
         // Kestrel's socket transport asks the services for its memory pool; Tern's gives each
-        // socket read a whole TLS record's room (BlockPool). Tern's accept loop must hand it on
+        // socket read two whole TLS records' room (BlockPool). Tern's accept loop must hand it on
         // to the connections it makes, as Kestrel's listener does.
         var factory = _tern.Services.GetRequiredService<IMemoryPoolFactory<byte>>();
         using var pool = factory.Create();
         Assert.Same(BlockPool.Instance, pool);
-        Assert.Equal(16 * 1024, pool.MaxBufferSize);
+        Assert.Equal(32 * 1024, pool.MaxBufferSize);
 
         var transport = Assert.IsType<SocketTransport>(_tern.Services.GetRequiredService<IConnectionListenerFactory>());
         var listener = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));

@@ -7,7 +7,7 @@ internal sealed partial class OpenSslConnection
     /// <summary>
     /// Ciphertext from the socket pipe → plaintext written by OpenSSL straight into the memory of
     /// the application pipe that Kestrel's parsers read. What OpenSSL did not take stays in the
-    /// socket pipe (AdvanceTo(consumed)); a record larger than the rest of the current 16 KB block
+    /// socket pipe (AdvanceTo(consumed)); a record larger than the rest of the current block
     /// drains over as many windows as it needs, because a full window means "call again".
     /// </summary>
     private async Task DecryptLoopAsync()

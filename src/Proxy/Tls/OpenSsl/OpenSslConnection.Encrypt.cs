@@ -1,5 +1,4 @@
 using System.Buffers;
-using Tern.Proxy.Listeners;
 
 namespace Tern.Proxy.Tls.OpenSsl;
 
@@ -15,10 +14,13 @@ internal sealed partial class OpenSslConnection
     // tries again.
     private const int InlineReadsAfterLoneBatch = 8;
 
+    // The most plaintext one TLS record carries.
+    private const int FullRecord = 16 * 1024;
+
     /// <summary>
     /// Plaintext Kestrel wrote → records written by OpenSSL straight into the socket pipe's memory:
-    /// one record per plaintext block (up to 16 KB), written into the socket pipe's own pinned 16 KB
-    /// blocks, across two when it does not fit the rest of one. Nothing spills. Also the only writer
+    /// full records of 16 KB out of each plaintext block (BlockPool's 32 KB), each written into the
+    /// socket pipe's own pinned blocks, across two when it does not fit the rest of one. Nothing spills. Also the only writer
     /// of the socket pipe: it drains what the decrypt side spilled, and sends close_notify when Tern
     /// closes the connection. Not when the client's FIN came first (most clients close without
     /// close_notify): Kestrel then closes with nothing more to send, and on a socket the client has
@@ -54,7 +56,7 @@ internal sealed partial class OpenSslConnection
                     {
                         _inlineReads--;
                     }
-                    else if (_multiplexed || read.Buffer.Length >= BlockPool.BlockSize)
+                    else if (_multiplexed || read.Buffer.Length >= FullRecord)
                     {
                         // Let the thread finish what it is doing (the other streams' responses
                         // that completed with this one), then take everything they wrote.
@@ -146,10 +148,10 @@ internal sealed partial class OpenSslConnection
     {
         foreach (var segment in buffer)
         {
-            // One segment is one record (up to 16 KB), written across as many of the socket pipe's
-            // blocks as it takes (two at most: a window is at least MinimumWindow). The lock is held
-            // until the record is out: the native side refuses a decrypt while a record is half
-            // written.
+            // One segment is one or two records (OpenSSL cuts them at 16 KB), each written across as
+            // many of the socket pipe's blocks as it takes (two at most: a window is at least
+            // MinimumWindow). The lock is held until the segment is out: the native side refuses a
+            // decrypt while a record is half written.
             lock (_native)
             {
                 var offset = 0;

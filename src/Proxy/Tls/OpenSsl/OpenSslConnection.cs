@@ -34,11 +34,11 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     private Task _encrypting = Task.CompletedTask;
     private static readonly TimeSpan s_closeGrace = TimeSpan.FromSeconds(5);
 
-    // Both plaintext pipes take 16 KB blocks: the decrypt pump has OpenSSL write a whole record into
-    // one, and Kestrel writes responses into them, each becoming one full TLS record (4 KB blocks
-    // made four times the records, and OpenSSL's cost per record outweighs its cost per byte: 1 MB
-    // responses 2.9 CPU s/GB instead of 4.4, loadtest 2026-11-22-0631). One set of options serves
-    // every connection (PipeOptions is immutable).
+    // Both plaintext pipes take the pool's 32 KB blocks: the decrypt pump has OpenSSL write whole
+    // records into one, and Kestrel writes responses into them, each becoming full TLS records of
+    // 16 KB (4 KB blocks made four times the records, and OpenSSL's cost per record outweighs its
+    // cost per byte: 1 MB responses 2.9 CPU s/GB instead of 4.4, loadtest 2026-11-22-0631). One set
+    // of options serves every connection (PipeOptions is immutable).
     private static readonly PipeOptions s_inputOptions = new(BlockPool.Instance, PipeScheduler.Inline, PipeScheduler.Inline, 1024 * 1024, 512 * 1024, BlockPool.BlockSize, useSynchronizationContext: false);
     private static readonly PipeOptions s_outputOptions = new(BlockPool.Instance, PipeScheduler.Inline, PipeScheduler.Inline, 64 * 1024, 32 * 1024, BlockPool.BlockSize, useSynchronizationContext: false);
 
