@@ -19,13 +19,13 @@ internal sealed partial class OpenSslConnection
 
     /// <summary>
     /// Plaintext Kestrel wrote → records written by OpenSSL straight into the socket pipe's memory:
-    /// full records of 16 KB out of each plaintext block (BlockPool's 32 KB), each written into the
-    /// socket pipe's own pinned blocks, across two when it does not fit the rest of one. Nothing spills. Also the only writer
-    /// of the socket pipe: it drains what the decrypt side spilled, and sends close_notify when Tern
-    /// closes the connection. Not when the client's FIN came first (most clients close without
-    /// close_notify): Kestrel then closes with nothing more to send, and on a socket the client has
-    /// closed the record would only draw a reset. It cost a send, and a wakeup of the client, per
-    /// connection; nginx does not send it either.
+    /// records of up to 16 KB (OpenSSL's limit) out of each plaintext block (BlockPool's 32 KB), each
+    /// written into the socket pipe's own pinned blocks, across two when it does not fit the rest of
+    /// one. Nothing spills. Also the only writer of the socket pipe: it drains what the decrypt side
+    /// spilled, and sends close_notify when Tern closes the connection. Not when the client's FIN
+    /// came first (most clients close without close_notify): Kestrel then closes with nothing more
+    /// to send, and on a socket the client has closed the record would only draw a reset. It cost a
+    /// send, and a wakeup of the client, per connection; nginx does not send it either.
     /// </summary>
     /// <remarks>
     /// Before it encrypts, the loop may hop to the thread pool, letting the thread that flushed
