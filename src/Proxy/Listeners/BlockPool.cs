@@ -11,10 +11,11 @@ namespace Tern.Proxy.Listeners;
 /// Kestrel writes responses into its own pipe's blocks, which the engine turns into records of up to
 /// 16 KB. Each socket read is a 1-byte peek and a read (Kestrel waits for data before it takes a
 /// block), and a request body reaches the upstream in about one write per block (YARP writes what
-/// each read of the body returns), so the block size sets how many system calls a large body costs. A 1 MB upload: 4 KB blocks, 517 reads and 1.3-1.4x the CPU
-/// of 16 KB ones; 16 KB blocks, 131 reads and 65 upstream writes; 32 KB blocks, 69 and 35, and
-/// 0.78x the CPU of 16 KB ones, while 64 KB ones cost 1.15x what 32 KB ones do (loadtest/README.md,
-/// "16 KB blocks under every socket" and "32 KB blocks").
+/// each read of the body returns), so the block size sets how many system calls a large body
+/// costs. A 1 MB upload: 4 KB blocks, 517 reads and 1.3-1.4x the CPU of 16 KB ones; 16 KB blocks,
+/// 131 reads and 65 upstream writes; 32 KB blocks, 69 and 35, and 0.78x the CPU of 16 KB ones,
+/// while 64 KB ones cost 1.15x what 32 KB ones do (loadtest/README.md, "16 KB blocks under every
+/// socket" and "32 KB blocks").
 /// </summary>
 /// <remarks>
 /// Free blocks and their owner objects are reused, so renting allocates nothing once the pool

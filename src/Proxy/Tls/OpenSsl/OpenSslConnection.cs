@@ -35,7 +35,7 @@ internal sealed partial class OpenSslConnection : IDuplexPipe, ITlsConnectionFea
     private static readonly TimeSpan s_closeGrace = TimeSpan.FromSeconds(5);
 
     // Both plaintext pipes take the pool's 32 KB blocks: the decrypt pump has OpenSSL write whole
-    // records into one, and Kestrel writes responses into them, each becoming full TLS records of
+    // records into one, and Kestrel writes responses into them, each becoming TLS records of up to
     // 16 KB (4 KB blocks made four times the records, and OpenSSL's cost per record outweighs its
     // cost per byte: 1 MB responses 2.9 CPU s/GB instead of 4.4, loadtest 2026-11-22-0631). One set
     // of options serves every connection (PipeOptions is immutable).
