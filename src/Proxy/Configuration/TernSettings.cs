@@ -38,6 +38,9 @@ public sealed record TernSettings
 
     public TimeSpan ConnectTimeout { get; init; } = TimeSpan.FromMilliseconds(800);
 
+    /// <summary>How long an upstream connection may wait unused in the pool before Tern closes it (.NET's default).</summary>
+    public TimeSpan PooledConnectionIdleTimeout { get; init; } = TimeSpan.FromMinutes(1);
+
     public TimeSpan DrainTimeout { get; init; } = TimeSpan.FromSeconds(30);
 
     /// <summary>Whether /metrics also exports the instruments updated on every request for what is in flight (see MetricsEndpoint.InFlightInstruments).</summary>
@@ -74,6 +77,7 @@ public sealed record TernSettings
             SessionTicketKeysPath = reader.String("Tern:Tls:SessionTicketKeys"),
             TrustedProxies = ReadNetworks(reader, "Tern:Forwarding:TrustedProxies"),
             ConnectTimeout = reader.Duration("Tern:Forwarding:ConnectTimeout", defaults.ConnectTimeout),
+            PooledConnectionIdleTimeout = reader.Duration("Tern:Forwarding:PooledConnectionIdleTimeout", defaults.PooledConnectionIdleTimeout),
             DrainTimeout = reader.Duration("Tern:Shutdown:DrainTimeout", defaults.DrainTimeout),
             MetricsInFlight = reader.Bool("Tern:Metrics:InFlight", defaults.MetricsInFlight),
             DemoEnabled = reader.Bool("Tern:Demo:Enabled", defaults.DemoEnabled),
@@ -114,6 +118,7 @@ public sealed record TernSettings
         yield return ("Tern:Metrics:InFlight", MetricsInFlight ? "true" : "false");
         yield return ("Tern:Shutdown:DrainTimeout", DrainTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
         yield return ("Tern:Forwarding:ConnectTimeout", ConnectTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
+        yield return ("Tern:Forwarding:PooledConnectionIdleTimeout", PooledConnectionIdleTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
         if (TlsEngine == TlsEngines.SslStream)
         {
             yield return ("Tern:Tls:HandshakeTimeout", HandshakeTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));

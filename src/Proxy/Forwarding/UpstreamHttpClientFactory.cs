@@ -8,8 +8,8 @@ namespace Tern.Proxy.Forwarding;
 
 /// <summary>
 /// YARP's client factory with Tern's connect timeout, so that an upstream that cannot be reached
-/// turns into a fast 502 instead of a request that hangs on SYN retries, and with a connect that
-/// keeps the last descriptors free.
+/// turns into a fast 502 instead of a request that hangs on SYN retries, with Tern's idle timeout
+/// for pooled upstream connections, and with a connect that keeps the last descriptors free.
 /// </summary>
 /// <remarks>
 /// The listeners keep clients out of the last eighth of the open-file limit (<see cref="SocketTransport"/>),
@@ -29,6 +29,7 @@ internal sealed class UpstreamHttpClientFactory(ActiveConfiguration active) : Fo
     {
         base.ConfigureHandler(context, handler);
         handler.ConnectTimeout = active.Bound.ConnectTimeout;
+        handler.PooledConnectionIdleTimeout = active.Bound.PooledConnectionIdleTimeout;
         handler.ConnectCallback = ConnectAsync;
     }
 

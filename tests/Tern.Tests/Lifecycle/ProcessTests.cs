@@ -19,6 +19,7 @@ public abstract class ProcessTests(string engine)
         { "port out of range", "Tern__Https__Port=70000", "error: Tern:Https:Port: '70000' is not a port number (1-65535)" },
         { "port not a number", "Tern__Management__Port=nine", "error: Tern:Management:Port: 'nine' is not a port number (1-65535)" },
         { "bad duration", "Tern__Shutdown__DrainTimeout=soon", "error: Tern:Shutdown:DrainTimeout: 'soon' is not a positive duration" },
+        { "zero upstream idle timeout", "Tern__Forwarding__PooledConnectionIdleTimeout=0", "error: Tern:Forwarding:PooledConnectionIdleTimeout: '0' is not a positive duration" },
         { "unknown engine", "Tern__Tls__Engine=BoringSsl", "error: Tern:Tls:Engine: 'BoringSsl' is not a TLS engine" },
         { "duration too long", "Tern__Tls__HandshakeTimeout=99999999", "error: Tern:Tls:HandshakeTimeout: '99999999' is longer than the maximum of 1.00:00:00" },
         { "TERN_CONFIG in a missing folder", "TERN_CONFIG=/nonexistent/folder/tern.json", "error: TERN_CONFIG (/nonexistent/folder/tern.json): the folder does not exist" },

@@ -1,0 +1,97 @@
+using System.Diagnostics;
+using System.Net.Sockets;
+using System.Text;
+using Tern.Tests.Infrastructure;
+
+namespace Tern.Tests.Forwarding;
+
+/// <summary>
+/// Tern:Forwarding:PooledConnectionIdleTimeout: an upstream connection is reused while requests
+/// come, and closed by Tern once it has waited unused that long, so that Tern does not hold it (and
+/// its descriptor) past the upstream's own keep-alive. Pooling does not depend on the TLS engine:
+/// default engine only.
+/// </summary>
+public sealed class UpstreamPoolTests
+{
+    [Fact]
+    public async Task IdleUpstreamConnection_IsReusedThenClosedAfterTheIdleTimeout()
+    {
+        using var upstream = new CountingUpstream();
+        var config = new TernConfig(Proxy.Tls.TlsEngines.OpenSsl).Route("all", "app", "{**catch-all}").Cluster("app", [upstream.Address]);
+        config.Tern["Forwarding"] = new System.Text.Json.Nodes.JsonObject { ["PooledConnectionIdleTimeout"] = "00:00:01" };
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        // Two requests one after the other share one upstream connection.
+        Assert.Equal("ok 1", await client.GetStringAsync("/a"));
+        Assert.Equal("ok 2", await client.GetStringAsync("/b"));
+        Assert.Equal(1, upstream.Connections);
+
+        // Left unused, Tern closes it: the upstream reads the end of the connection. .NET's pool looks
+        // for idle connections about once a second, so this takes 1-2 s; 15 s leaves room for a loaded
+        // machine and still rules out the one-minute default.
+        var watch = Stopwatch.StartNew();
+        var closed = await upstream.Closed.Task.WaitAsync(TimeSpan.FromSeconds(15));
+        Assert.Equal(2, closed);
+        Assert.True(watch.Elapsed >= TimeSpan.FromSeconds(0.5), $"closed after {watch.Elapsed}, before the idle timeout");
+
+        // The next request opens a new connection.
+        Assert.Equal("ok 1", await client.GetStringAsync("/c"));
+        Assert.Equal(2, upstream.Connections);
+    }
+
+    /// <summary>
+    /// An HTTP/1.1 upstream that answers each request on a connection with "ok N" (N counting that
+    /// connection's requests), counts connections, and completes <see cref="Closed"/> with the
+    /// number of requests served when the first connection is closed by Tern.
+    /// </summary>
+    private sealed class CountingUpstream : IDisposable
+    {
+        private readonly RawUpstream _raw;
+        private int _connections;
+
+        public CountingUpstream() => _raw = new RawUpstream(ServeAsync);
+
+        public string Address => _raw.Address;
+
+        public int Connections => Volatile.Read(ref _connections);
+
+        public TaskCompletionSource<int> Closed { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+        public void Dispose() => _raw.Dispose();
+
+        private async Task ServeAsync(TcpClient client, CancellationToken stop)
+        {
+            using var _ = client;
+            Interlocked.Increment(ref _connections);
+            var stream = client.GetStream();
+            var buffer = new byte[16 * 1024];
+            var head = new StringBuilder();
+            var served = 0;
+            try
+            {
+                while (true)
+                {
+                    var read = await stream.ReadAsync(buffer, stop);
+                    if (read == 0)
+                    {
+                        Closed.TrySetResult(served);
+                        return;
+                    }
+
+                    head.Append(Encoding.ASCII.GetString(buffer, 0, read));
+                    while (head.ToString().IndexOf("\r\n\r\n", StringComparison.Ordinal) is var end and >= 0)
+                    {
+                        head.Remove(0, end + 4); // the requests carry no body
+                        var answer = $"ok {++served}";
+                        await stream.WriteAsync(Encoding.ASCII.GetBytes($"HTTP/1.1 200 OK\r\nContent-Length: {answer.Length}\r\n\r\n{answer}"), stop);
+                    }
+                }
+            }
+            catch (Exception e) when (e is IOException or OperationCanceledException)
+            {
+                Closed.TrySetException(e);
+            }
+        }
+    }
+}
