@@ -107,14 +107,30 @@ public static class TernHost
         ArgumentNullException.ThrowIfNull(errors);
         // The empty builder: no default appsettings sources (with file watchers) to replace, only
         // what Tern uses is added below.
-        var builder = WebApplication.CreateEmptyBuilder(new WebApplicationOptions
+        WebApplicationBuilder builder;
+        try
         {
-            Args = [.. options.Args],
-            ContentRootPath = options.ContentRoot,
-            EnvironmentName = options.EnvironmentName,
-        });
-        AddConfigurationSources(builder.Configuration, builder.Environment.EnvironmentName, options);
-        builder.Logging.AddConfiguration(builder.Configuration.GetSection("Logging"));
+            builder = WebApplication.CreateEmptyBuilder(new WebApplicationOptions
+            {
+                Args = [.. options.Args],
+                ContentRootPath = options.ContentRoot,
+                EnvironmentName = options.EnvironmentName,
+            });
+            AddConfigurationSources(builder.Configuration, builder.Environment.EnvironmentName, options);
+        }
+        catch (FormatException ex)
+        {
+            // .NET's command-line parser: "-Key=value" (one dash) or a key given twice.
+            errors.WriteLine($"error: command line: {ex.Message} Write settings as --Tern:Https:Port=9443.");
+            errors.WriteLine("Tern did not start: 1 configuration problem(s). Settings are documented in README.md.");
+            return null;
+        }
+
+        // Logging reads the last accepted Logging section, published by the reloader, not the
+        // live one: a rejected edit must not change (or silence) the log that reports it.
+        var logging = new ConfigurationGate();
+        builder.Logging.AddConfiguration(logging.Root.GetSection(ConfigurationSnapshot.LoggingSection));
+        builder.Services.AddKeyedSingleton(ConfigurationSnapshot.LoggingSection, logging);
         builder.Logging.AddConsole();
         options.Logging?.Invoke(builder.Logging);
         // Kestrel's Critical line for an HTTP/2 stream-reset flood, once per 10 s at Warning
@@ -176,6 +192,7 @@ public static class TernHost
             return null;
         }
 
+        logging.Publish(snapshot.Logging);
         var app = Build(builder, snapshot, openSsl, errors);
         if (app is null)
         {
@@ -248,7 +265,7 @@ public static class TernHost
     {
         var settings = snapshot.Settings;
         var active = new ActiveConfiguration(snapshot);
-        var gate = new ProxyConfigurationGate();
+        var gate = new ConfigurationGate();
         gate.Publish(snapshot.ReverseProxy);
 
         builder.Services.AddSingleton(active);
@@ -425,7 +442,7 @@ public static class TernHost
         TernLog.ThreadPoolSpinLimit(logger, spinLimit, spinSource);
 
         var lifetime = app.Services.GetRequiredService<IHostApplicationLifetime>();
-        lifetime.ApplicationStarted.Register(() => TernLog.Listening(logger, settings.HttpsPort, settings.HttpPort, settings.RedirectHttpsPort, settings.ManagementPort));
+        lifetime.ApplicationStarted.Register(() => TernLog.Listening(logger, settings.HttpsPort, settings.HttpPort, settings.RedirectHttpsPort ?? settings.HttpsPort, settings.ManagementPort));
         lifetime.ApplicationStopping.Register(() => TernLog.Draining(logger, settings.DrainTimeout));
     }
 }

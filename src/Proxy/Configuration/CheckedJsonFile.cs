@@ -63,7 +63,7 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
             {
                 var info = new FileInfo(File.FullPath);
                 return TernFile.Refusal(File.FullPath) is { } refusal ? refusal
-                    : PolledFolder.Exists(info) ? _parseError
+                    : PolledFolder.Exists(info) ? TernFile.OpenProblem(File.FullPath) ?? _parseError
                     // Optional or not: a link that leads nowhere is a swap caught half-way, not a file left out.
                     : info.LinkTarget is not null ? $"it is a link to '{info.LinkTarget}', which leads to no file"
                     : File.Optional ? null

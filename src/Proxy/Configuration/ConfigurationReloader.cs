@@ -15,7 +15,8 @@ namespace Tern.Proxy.Configuration;
 internal sealed class ConfigurationReloader(
     IConfiguration live,
     ActiveConfiguration active,
-    ProxyConfigurationGate gate,
+    ConfigurationGate gate,
+    [FromKeyedServices(ConfigurationSnapshot.LoggingSection)] ConfigurationGate logging,
     OpenSslEngine openSsl,
     ProxyConfigOutcome yarp,
     CertificateFileWatch initial,
@@ -124,9 +125,10 @@ internal sealed class ConfigurationReloader(
     {
         {
             var snapshot = ConfigurationSnapshot.TryLoad(live, out var problems);
-            if (snapshot is not null && active.Current.Settings.TlsEngine == TlsEngines.OpenSsl)
+            if (snapshot is not null && active.Bound.TlsEngine == TlsEngines.OpenSsl)
             {
                 // Build the native contexts now: a certificate OpenSSL rejects must fail the reload.
+                // The engine that serves is the one bound at start, whatever a reload asked for.
                 var problem = TernHost.PrepareOpenSsl(openSsl, snapshot);
                 if (problem is not null)
                 {
@@ -146,7 +148,7 @@ internal sealed class ConfigurationReloader(
                 return;
             }
 
-            foreach (var (key, value) in snapshot.Settings.StartOnlySettings().Except(active.Bound.StartOnlySettings()))
+            foreach (var (key, value) in snapshot.Settings.StartOnlySettings(active.Bound.TlsEngine).Except(active.Bound.StartOnlySettings(active.Bound.TlsEngine)))
             {
                 TernLog.RestartNeeded(logger, key, value);
             }
@@ -177,8 +179,38 @@ internal sealed class ConfigurationReloader(
                 }
             }
 
+            if (snapshot.SelfSigned && !active.Current.SelfSigned)
+            {
+                // Every certificate was removed: say so as loudly as at start.
+                TernLog.SelfSignedInUse(logger, snapshot.Settings.SelfSignedDirectory);
+            }
+
+            var previous = active.Current;
             active.Replace(snapshot);
             TernLog.Reloaded(logger, snapshot.Certificates.All.Count);
+            if (!snapshot.Logging.SequenceEqual(previous.Logging))
+            {
+                PublishLogging(snapshot, previous);
+            }
+        }
+    }
+
+    /// <summary>
+    /// Hands the Logging section to .NET's logging. An option its binder cannot convert (a
+    /// CaptureScopes of "maybe") throws here, from the change callbacks: logged, and the section
+    /// in force before is published again, so logging keeps its previous settings.
+    /// </summary>
+    private void PublishLogging(ConfigurationSnapshot snapshot, ConfigurationSnapshot previous)
+    {
+        try
+        {
+            logging.Publish(snapshot.Logging);
+        }
+        catch (Exception ex) when (ex is AggregateException or InvalidOperationException)
+        {
+            var reasons = ex is AggregateException aggregate ? aggregate.Flatten().InnerExceptions.Select(e => e.Message) : [ex.Message];
+            logging.Publish(previous.Logging);
+            TernLog.ReloadNotApplied(logger, ConfigurationSnapshot.LoggingSection, string.Join("; ", reasons));
         }
     }
 }

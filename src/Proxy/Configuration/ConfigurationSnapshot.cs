@@ -18,6 +18,9 @@ public sealed record ConfigurationSnapshot(
     /// <summary>Session ticket keys from Tern:Tls:SessionTicketKeys (empty: per-process random keys).</summary>
     public ReadOnlyMemory<byte> SessionTicketKeys { get; init; }
 
+    /// <summary>The Logging section (levels, console options), handed to .NET's logging through a <see cref="ConfigurationGate"/>.</summary>
+    public IReadOnlyList<KeyValuePair<string, string?>> Logging { get; init; } = [];
+
     /// <summary>The client certificates (mTLS) the HTTPS listener accepts.</summary>
     public ClientCertificateTrust ClientCertificates { get; init; } = ClientCertificateTrust.None;
 
@@ -30,9 +33,7 @@ public sealed record ConfigurationSnapshot(
         var reader = new SettingReader(configuration);
         reader.Problems.AddRange(CheckedJsonFile.Problems(configuration));
         var settings = TernSettings.Read(reader) with { ListenerLimits = Listeners.ListenerLimits.Read(configuration, reader.Problems) };
-        var reverseProxy = configuration.GetSection(ReverseProxyValidator.Section).AsEnumerable()
-            .Where(pair => pair.Value is not null)
-            .ToList();
+        var reverseProxy = Values(configuration, ReverseProxyValidator.Section);
         ReverseProxyValidator.Validate(configuration, reverseProxy, reader.Problems);
         CheckLogLevels(configuration, reader.Problems);
 
@@ -49,10 +50,16 @@ public sealed record ConfigurationSnapshot(
 
         return new ConfigurationSnapshot(settings, certificates, selfSigned, reverseProxy, [.. reader.UnreadKeys(TernSettings.Section), .. Listeners.ListenerLimits.IgnoredKeys(configuration)])
         {
+            Logging = Values(configuration, LoggingSection),
             SessionTicketKeys = ticketKeys,
             ClientCertificates = clientCertificates,
         };
     }
+
+    public const string LoggingSection = "Logging";
+
+    private static List<KeyValuePair<string, string?>> Values(IConfiguration configuration, string section) =>
+        configuration.GetSection(section).AsEnumerable().Where(pair => pair.Value is not null).ToList();
 
     /// <summary>
     /// Every value under Logging:LogLevel and Logging:{provider}:LogLevel, at any depth
@@ -62,7 +69,7 @@ public sealed record ConfigurationSnapshot(
     /// </summary>
     private static void CheckLogLevels(IConfiguration configuration, List<ConfigurationProblem> problems)
     {
-        var logging = configuration.GetSection("Logging");
+        var logging = configuration.GetSection(LoggingSection);
         var levels = logging.GetChildren().Select(c => c.Key.Equals("LogLevel", StringComparison.OrdinalIgnoreCase) ? c : c.GetSection("LogLevel"));
         foreach (var (key, value) in levels.SelectMany(s => s.AsEnumerable()))
         {
@@ -110,7 +117,7 @@ public sealed record ConfigurationSnapshot(
         {
             return CertificateSet.Load([SelfSignedCertificate.Ensure(settings.SelfSignedDirectory)], problems);
         }
-        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ArgumentException)
         {
             problems.Add(new("Tern:Tls:SelfSignedDirectory",
                 $"no certificate is configured and the self-signed one cannot be written to '{settings.SelfSignedDirectory}': {ex.Message}; configure Tern:Tls:Certificates or point this at a writable folder"));

@@ -203,8 +203,12 @@ internal sealed class PolledFolder(string folder) : IFileProvider, IDisposable
     {
         var file = new FileInfo(Path.Combine(folder, subpath));
         // A FIFO, device or oversized file is not served: the configuration system would block
-        // reading it. The file's Error says why (CheckedJsonFile).
-        return Exists(file) && TernFile.Refusal(file.FullName) is null ? new PhysicalFileInfo(file) : new NotFoundFileInfo(subpath);
+        // reading it. Nor is one Tern may not open: the configuration system opens it outside its
+        // own error handling, and start-up would end in a stack trace. The file's Error says why
+        // (CheckedJsonFile).
+        return Exists(file) && TernFile.Refusal(file.FullName) is null && TernFile.OpenProblem(file.FullName) is null
+            ? new PhysicalFileInfo(file)
+            : new NotFoundFileInfo(subpath);
     }
 
     /// <summary>

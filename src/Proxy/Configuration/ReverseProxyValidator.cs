@@ -117,7 +117,7 @@ internal static partial class ReverseProxyValidator
     private static string? YarpReadError(IReadOnlyList<KeyValuePair<string, string?>> values)
     {
         var services = new ServiceCollection().AddLogging();
-        var gate = new ProxyConfigurationGate();
+        var gate = new ConfigurationGate();
         gate.Publish(values);
         services.AddReverseProxy().LoadFromConfig(gate.Root.GetSection(Section));
         using var provider = services.BuildServiceProvider();

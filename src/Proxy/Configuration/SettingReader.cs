@@ -81,7 +81,14 @@ internal sealed class SettingReader(IConfiguration configuration)
     /// <summary>Longest duration any setting accepts; beyond it timers overflow and nothing sensible waits that long.</summary>
     public static readonly TimeSpan MaxDuration = TimeSpan.FromDays(1);
 
-    /// <summary>A positive duration up to one day, written as hh:mm:ss (or d.hh:mm:ss, or a number of seconds).</summary>
+    /// <summary>
+    /// Shortest duration any setting accepts. Shorter values round to nothing or next to it (1e-8
+    /// seconds is zero ticks): a handshake timeout of 100 ns fails every handshake, and .NET's
+    /// timers refuse zero.
+    /// </summary>
+    public static readonly TimeSpan MinDuration = TimeSpan.FromMilliseconds(1);
+
+    /// <summary>A duration from 1 ms up to one day, written as hh:mm:ss (or d.hh:mm:ss, or a number of seconds).</summary>
     public TimeSpan Duration(string key, TimeSpan fallback)
     {
         var text = String(key);
@@ -98,6 +105,12 @@ internal sealed class SettingReader(IConfiguration configuration)
         else if (!TimeSpan.TryParse(text, CultureInfo.InvariantCulture, out value) || value <= TimeSpan.Zero)
         {
             Add(key, $"'{text}' is not a positive duration (hh:mm:ss, e.g. 00:00:30)");
+            return fallback;
+        }
+
+        if (value < MinDuration)
+        {
+            Add(key, $"'{text}' is shorter than the minimum of {MinDuration.TotalMilliseconds:0} ms");
             return fallback;
         }
 
@@ -147,6 +160,12 @@ internal sealed class SettingReader(IConfiguration configuration)
         if (items.Count == 0 && !string.IsNullOrWhiteSpace(single))
         {
             items.Add(single.Trim());
+        }
+        else if (items.Count > 0 && !string.IsNullOrWhiteSpace(single))
+        {
+            // One source sets a value, another a list (Tern__X=a over a JSON array): neither wins
+            // in .NET's configuration, and taking either would drop the other without a word.
+            Add(key, $"'{single.Trim()}' is given as one value and {key} as a list elsewhere; give every item as {key}:0, {key}:1 (environment: {key.Replace(":", "__", StringComparison.Ordinal)}__0)");
         }
 
         return items;

@@ -18,6 +18,11 @@ internal static partial class TernFile
     /// <summary>Why path is not a file Tern reads, or null when it is (or does not exist: the caller's open says so).</summary>
     public static string? Refusal(string path)
     {
+        if (path.Contains('\0', StringComparison.Ordinal))
+        {
+            return "the path holds a NUL character, which no file name can"; // .NET's file calls throw ArgumentException
+        }
+
         if (Stat(path) is not var (type, size))
         {
             return null;
@@ -26,6 +31,24 @@ internal static partial class TernFile
         return type != RegularFile ? $"it is {Describe(type)}, not a regular file"
             : size > MaxBytes ? $"it holds {size:N0} bytes; Tern reads files of at most {MaxBytes:N0} bytes"
             : null;
+    }
+
+    /// <summary>Why an existing file cannot be opened for reading (its permissions), or null when it can.</summary>
+    public static string? OpenProblem(string path)
+    {
+        try
+        {
+            new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.ReadWrite | FileShare.Delete, bufferSize: 0).Dispose();
+            return null;
+        }
+        catch (Exception ex) when (ex is FileNotFoundException or DirectoryNotFoundException)
+        {
+            return null; // gone since the caller looked: it reports a missing file
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
+        {
+            return $"cannot be read: {ex.Message}";
+        }
     }
 
     public static byte[] ReadAllBytes(string path)

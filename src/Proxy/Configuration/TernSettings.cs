@@ -12,8 +12,12 @@ public sealed record TernSettings
 
     public int HttpPort { get; init; } = 8080;
 
-    /// <summary>The HTTPS port that plain-HTTP redirects point to (what clients see, e.g. 443 behind a Service).</summary>
-    public int RedirectHttpsPort { get; init; } = 8443;
+    /// <summary>
+    /// The HTTPS port that plain-HTTP redirects point to (what clients see, e.g. 443 behind a
+    /// Service); null for the HTTPS port Tern listens on, which is the bound one: a port changed
+    /// by a reload is not listened on until a restart.
+    /// </summary>
+    public int? RedirectHttpsPort { get; init; }
 
     public int ManagementPort { get; init; } = 9090;
 
@@ -60,12 +64,11 @@ public sealed record TernSettings
     internal static TernSettings Read(SettingReader reader)
     {
         var defaults = new TernSettings();
-        var httpsPort = reader.Port("Tern:Https:Port", defaults.HttpsPort);
         var settings = new TernSettings
         {
-            HttpsPort = httpsPort,
+            HttpsPort = reader.Port("Tern:Https:Port", defaults.HttpsPort),
             HttpPort = reader.Port("Tern:Http:Port", defaults.HttpPort),
-            RedirectHttpsPort = reader.Port("Tern:Http:RedirectHttpsPort", httpsPort),
+            RedirectHttpsPort = reader.String("Tern:Http:RedirectHttpsPort") is null ? null : reader.Port("Tern:Http:RedirectHttpsPort", defaults.HttpsPort),
             ManagementPort = reader.Port("Tern:Management:Port", defaults.ManagementPort),
             TlsEngine = reader.OneOf("Tern:Tls:Engine", [TlsEngines.OpenSsl, TlsEngines.SslStream], TlsEngines.OpenSsl, "a TLS engine"),
             ClientCertificateMode = Enum.Parse<ClientCertificateMode>(reader.OneOf("Tern:Https:ClientCertificates:Mode",
@@ -100,8 +103,11 @@ public sealed record TernSettings
         }
     }
 
-    /// <summary>Settings applied at start only (listeners, engine, drain, metrics), as key and value text.</summary>
-    internal IEnumerable<(string Key, string Value)> StartOnlySettings()
+    /// <summary>
+    /// Settings applied at start only (listeners, engine, drain, metrics), as key and value text,
+    /// for a Tern running boundEngine: the engine a reload names applies only after a restart.
+    /// </summary>
+    internal IEnumerable<(string Key, string Value)> StartOnlySettings(string boundEngine)
     {
         foreach (var (key, port) in ListenerPorts())
         {
@@ -119,7 +125,7 @@ public sealed record TernSettings
         yield return ("Tern:Shutdown:DrainTimeout", DrainTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
         yield return ("Tern:Forwarding:ConnectTimeout", ConnectTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
         yield return ("Tern:Forwarding:PooledConnectionIdleTimeout", PooledConnectionIdleTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
-        if (TlsEngine == TlsEngines.SslStream)
+        if (boundEngine == TlsEngines.SslStream)
         {
             yield return ("Tern:Tls:HandshakeTimeout", HandshakeTimeout.ToString("c", System.Globalization.CultureInfo.InvariantCulture));
         }

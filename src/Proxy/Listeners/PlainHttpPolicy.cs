@@ -25,7 +25,7 @@ internal static class PlainHttpPolicy
             return context.Response.WriteAsync("400 Bad Request: a Host header is required\n");
         }
 
-        var redirectPort = active.Current.Settings.RedirectHttpsPort;
+        var redirectPort = active.Current.Settings.RedirectHttpsPort ?? active.Bound.HttpsPort;
         var port = redirectPort == 443 ? null : (int?)redirectPort;
         var host = port is null ? new HostString(request.Host.Host) : new HostString(request.Host.Host, port.Value);
         context.Response.StatusCode = StatusCodes.Status308PermanentRedirect;

@@ -22,6 +22,23 @@ internal static class CertificateLoader
         return System.Text.Encoding.ASCII.GetBytes(pem.ToString());
     }
 
+    /// <summary>
+    /// Why a PEM bundle holds fewer certificates than it begins, or null when every one was read:
+    /// ImportFromPem skips a block cut short (a file caught half-written, a truncated chain) without
+    /// a word, and Tern would serve a leaf without its chain, or trust fewer CAs.
+    /// </summary>
+    public static string? Incomplete(string pem, int imported, string path)
+    {
+        const string begin = "-----BEGIN CERTIFICATE-----";
+        var begun = 0;
+        for (var at = pem.IndexOf(begin, StringComparison.Ordinal); at >= 0; at = pem.IndexOf(begin, at + begin.Length, StringComparison.Ordinal))
+        {
+            begun++;
+        }
+
+        return begun > imported ? $"'{path}' begins {begun} PEM certificates but only {imported} are complete; the file is cut short (still being written?)" : null;
+    }
+
     // The last certificate parsed under each name, with a digest of the two files' text it came
     // from. A reload reads every file again, to see a renewal, but parses only what changed: with
     // 200 certificates, parsing them all again (and building their SslStream contexts) was about
@@ -106,6 +123,12 @@ internal static class CertificateLoader
         if (certificates.Count == 0)
         {
             problems.Add(new(certificateKey, $"'{settings.CertificatePath}' holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+            return null;
+        }
+
+        if (Incomplete(certificateText, certificates.Count, settings.CertificatePath) is { } incomplete)
+        {
+            problems.Add(new(certificateKey, incomplete));
             return null;
         }
 

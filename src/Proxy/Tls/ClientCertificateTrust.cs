@@ -59,9 +59,11 @@ public sealed class ClientCertificateTrust
         }
 
         var authorities = new X509Certificate2Collection();
+        string text;
         try
         {
-            authorities.ImportFromPem(TernFile.ReadAllText(path));
+            text = TernFile.ReadAllText(path);
+            authorities.ImportFromPem(text);
         }
         catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
         {
@@ -77,6 +79,12 @@ public sealed class ClientCertificateTrust
         if (authorities.Count == 0)
         {
             problems.Add(new(key, $"'{path}' holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+            return None;
+        }
+
+        if (CertificateLoader.Incomplete(text, authorities.Count, path) is { } incomplete)
+        {
+            problems.Add(new(key, incomplete));
             return None;
         }
 

@@ -27,7 +27,7 @@ public static class TlsListenOptionsExtensions
         ArgumentNullException.ThrowIfNull(listenOptions);
         var services = listenOptions.ApplicationServices;
         var active = services.GetRequiredService<ActiveConfiguration>();
-        if (active.Current.Settings.TlsEngine == TlsEngines.OpenSsl)
+        if (active.Bound.TlsEngine == TlsEngines.OpenSsl)
         {
             var engine = services.GetRequiredService<OpenSslEngine>();
             var metrics = services.GetRequiredService<TlsMetrics>();
@@ -48,7 +48,7 @@ public static class TlsListenOptionsExtensions
         // With client certificates on, options are per connection, so that a refusal is logged with
         // the connection it refused.
         var cache = new ConditionalWeakTable<ServerCertificate, SslServerAuthenticationOptions>();
-        var handshakeTimeout = configuration.Current.Settings.HandshakeTimeout; // a start-only setting
+        var handshakeTimeout = configuration.Bound.HandshakeTimeout; // a start-only setting on this engine
         listenOptions.Use(next => context => SslStreamFirstBytesAsync(context, next, handshakeTimeout, logger));
         listenOptions.UseHttps(new TlsHandshakeCallbackOptions
         {

@@ -56,7 +56,7 @@ public sealed class ChildKeyIndexTests
     [Fact]
     public void NewData_IsListedAfterEachPublish()
     {
-        var gate = new ProxyConfigurationGate();
+        var gate = new ConfigurationGate();
         gate.Publish(s_first);
         Assert.Equal(["r10", "r2", "R3"], gate.Root.GetSection("ReverseProxy:Routes").GetChildren().Select(c => c.Key));
 
@@ -95,9 +95,9 @@ public sealed class ChildKeyIndexTests
         return provider;
     }
 
-    private static ProxyConfigurationGate Gate(Dictionary<string, string?> data)
+    private static ConfigurationGate Gate(Dictionary<string, string?> data)
     {
-        var gate = new ProxyConfigurationGate();
+        var gate = new ConfigurationGate();
         gate.Publish(data);
         return gate;
     }

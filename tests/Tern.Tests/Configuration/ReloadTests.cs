@@ -283,6 +283,50 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);
     }
 
+    [Fact]
+    public async Task Reload_RejectedEditThatWouldSilenceTheLog_ChangesNoLogLevel()
+    {
+        // Logging reads the last accepted configuration: a rejected edit that also turns Tern's
+        // log off must not hide the lines that reject it.
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        var json = System.Text.Json.Nodes.JsonNode.Parse(config.Route("b", "nowhere", "/b/{**rest}").ToJson())!;
+        json["Logging"] = System.Text.Json.Nodes.JsonNode.Parse("""{ "LogLevel": { "Tern": "None" } }""");
+        await tern.RewriteConfigAsync(json.ToJsonString());
+
+        await tern.Logs.WaitForAsync("Configuration reload rejected (1 problem(s))");
+        Assert.Contains(tern.Logs.Lines, l => l.Contains("'nowhere'", StringComparison.Ordinal));
+        Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
+    }
+
+    [Fact]
+    public async Task Reload_EveryCertificateRemoved_WarnsAsAtStartThatTheSelfSignedOneServes()
+    {
+        var folder = Directory.CreateTempSubdirectory("tern-selfsigned-").FullName;
+        try
+        {
+            var config = new TernConfig(engine).Route("a", "first", "{**rest}").Cluster("first", [_first]);
+            config.Tls["SelfSignedDirectory"] = folder;
+            await using var tern = await TernInstance.StartAsync(config);
+
+            config.Tls.Remove("Certificates");
+            await tern.RewriteConfigAsync(config.ToJson());
+
+            await tern.Logs.WaitForAsync($"No certificate is configured under Tern:Tls:Certificates; serving a self-signed certificate for localhost from {folder}");
+            await tern.Logs.WaitForAsync("Configuration reloaded");
+            string? subject = null;
+            using var client = tern.CreateClient(certificateSeen: c => subject = c.Subject);
+            Assert.Equal("first", await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
+            Assert.Equal("CN=localhost", subject);
+        }
+        finally
+        {
+            Directory.Delete(folder, recursive: true);
+        }
+    }
+
     /// <summary>Rewrites the settings with a route /b to the second upstream and this Logging section.</summary>
     private async Task AddRouteBWithLoggingAsync(TernInstance tern, TernConfig config, string logging)
     {
@@ -375,7 +419,7 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
 
         await AddRouteBWithLoggingAsync(tern, config, """{ "CaptureScopes": "maybe" }""");
 
-        await tern.Logs.WaitForAsync("Configuration reload: config/appsettings.json: .NET could not apply the change (");
+        await tern.Logs.WaitForAsync("Configuration reload: Logging: .NET could not apply the change (");
         Assert.Contains(tern.Logs.Lines, l => l.Contains("Logging:CaptureScopes", StringComparison.Ordinal));
         Assert.Equal("second", await EventuallyAsync(client, "/b/name", "second"));
     }

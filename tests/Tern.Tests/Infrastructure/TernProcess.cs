@@ -34,6 +34,13 @@ public sealed partial class TernProcess : IAsyncDisposable
     public static TernProcess StartWithOpenFileLimit(int openFiles, IDictionary<string, string> environment) =>
         StartFrom(AppContext.BaseDirectory, environment, ["prlimit", $"--nofile={openFiles}:{openFiles}", "--", "dotnet"], []);
 
+    /// <summary>
+    /// Runs Tern as root without the capabilities that let root read any file (CAP_DAC_OVERRIDE,
+    /// CAP_DAC_READ_SEARCH): a file's permissions then bind it as they bind any other user.
+    /// </summary>
+    public static TernProcess StartWithoutFileOverride(IDictionary<string, string> environment) =>
+        StartFrom(AppContext.BaseDirectory, environment, ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", "dotnet"], []);
+
     /// <summary>Runs the Tern.Proxy.dll found in folder (a copy of the build output, say).</summary>
     public static TernProcess StartFrom(string folder, IDictionary<string, string> environment, params string[] args) => StartFrom(folder, environment, ["dotnet"], args);
 

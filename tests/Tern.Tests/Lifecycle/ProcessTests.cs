@@ -19,6 +19,8 @@ public abstract class ProcessTests(string engine)
         { "port out of range", "Tern__Https__Port=70000", "error: Tern:Https:Port: '70000' is not a port number (1-65535)" },
         { "port not a number", "Tern__Management__Port=nine", "error: Tern:Management:Port: 'nine' is not a port number (1-65535)" },
         { "bad duration", "Tern__Shutdown__DrainTimeout=soon", "error: Tern:Shutdown:DrainTimeout: 'soon' is not a positive duration" },
+        { "duration that rounds to nothing", "Tern__Tls__HandshakeTimeout=0.00000001", "error: Tern:Tls:HandshakeTimeout: '0.00000001' is shorter than the minimum of 1 ms" },
+        { "list given as one value and as a list", "Tern__Forwarding__TrustedProxies=127.0.0.1|Tern__Forwarding__TrustedProxies__0=10.0.0.0/8", "error: Tern:Forwarding:TrustedProxies: '127.0.0.1' is given as one value and Tern:Forwarding:TrustedProxies as a list elsewhere" },
         { "zero upstream idle timeout", "Tern__Forwarding__PooledConnectionIdleTimeout=0", "error: Tern:Forwarding:PooledConnectionIdleTimeout: '0' is not a positive duration" },
         { "unknown engine", "Tern__Tls__Engine=BoringSsl", "error: Tern:Tls:Engine: 'BoringSsl' is not a TLS engine" },
         { "duration too long", "Tern__Tls__HandshakeTimeout=99999999", "error: Tern:Tls:HandshakeTimeout: '99999999' is longer than the maximum of 1.00:00:00" },
@@ -86,6 +88,57 @@ public abstract class ProcessTests(string engine)
         Assert.Contains(errors, l => l.StartsWith("error: Logging:Console:LogLevel:Default: 'Verbose' is not a log level", StringComparison.Ordinal));
         Assert.Contains(errors, l => l.StartsWith("error: Tern:Http:Port: '0'", StringComparison.Ordinal));
         Assert.Contains(errors, l => l.StartsWith("error: ReverseProxy:Routes:default:ClusterId:", StringComparison.Ordinal));
+    }
+
+    /// <summary>Files and arguments Tern cannot use at all: one line naming each, never a stack trace.</summary>
+    [Fact]
+    [System.Runtime.Versioning.SupportedOSPlatform("linux")] // Tern runs on Linux
+    public async Task UnusableFilesAndArguments_ExitNonZeroWithOneLineEach()
+    {
+        var folder = Directory.CreateTempSubdirectory("tern-unusable-").FullName;
+        try
+        {
+            // A settings file Tern may not open (a ConfigMap mounted for another user). Tests run
+            // as root, which reads any file: Tern runs without the capabilities that allow it.
+            var unreadable = Path.Combine(folder, "unreadable.json");
+            await File.WriteAllTextAsync(unreadable, "{}");
+            File.SetUnixFileMode(unreadable, UnixFileMode.None);
+            var environment = FreePorts();
+            environment["TERN_CONFIG"] = unreadable;
+            await AssertRefusedAsync(TernProcess.StartWithoutFileOverride(environment), $"error: TERN_CONFIG ({unreadable}): cannot be read: Access to the path '{unreadable}' is denied.");
+
+            // A NUL character in a path (JSON can write one; no file name can hold it).
+            var nul = Path.Combine(folder, "nul.json");
+            await File.WriteAllTextAsync(nul, """{ "Tern": { "Tls": { "SessionTicketKeys": "/tmp/a\u0000b" } } }""");
+            environment = FreePorts();
+            environment["TERN_CONFIG"] = nul;
+            await AssertRefusedAsync(TernProcess.Start(environment), "error: Tern:Tls:SessionTicketKeys: cannot read '/tmp/a\0b': the path holds a NUL character");
+
+            // A certificate file cut short after its leaf: the chain's second block is incomplete.
+            var cut = Path.Combine(folder, "cut.crt");
+            var second = await File.ReadAllTextAsync(TestPki.BTest.CertificatePath);
+            await File.WriteAllTextAsync(cut, await File.ReadAllTextAsync(TestPki.ATest.CertificatePath) + "\n" + second[..300]);
+            environment = FreePorts();
+            environment["Tern__Tls__Certificates__main__CertificatePath"] = cut;
+            environment["Tern__Tls__Certificates__main__KeyPath"] = TestPki.ATest.KeyPath;
+            await AssertRefusedAsync(TernProcess.Start(environment), $"error: Tern:Tls:Certificates:main:CertificatePath: '{cut}' begins 2 PEM certificates but only 1 are complete");
+
+            // A setting written with one dash, which .NET's command-line parser refuses.
+            await AssertRefusedAsync(TernProcess.Start(FreePorts(), "-Tern:Https:Port=9443"), "error: command line: The short switch '-Tern:Https:Port=9443' is not defined");
+        }
+        finally
+        {
+            Directory.Delete(folder, recursive: true);
+        }
+    }
+
+    private static async Task AssertRefusedAsync(TernProcess process, string expectedLine)
+    {
+        await using var tern = process;
+        var exit = await tern.WaitForExitAsync(TimeSpan.FromSeconds(30));
+        Assert.True(exit == 1, $"exit {exit}\n{tern.Output}");
+        Assert.Contains(tern.Output.Split('\n'), line => line.StartsWith(expectedLine, StringComparison.Ordinal));
+        Assert.All(tern.Output.Split('\n').Where(l => l.Length > 0), line => Assert.True(line.StartsWith("error: ", StringComparison.Ordinal) || line.StartsWith("Tern did not start", StringComparison.Ordinal), line));
     }
 
     [Fact]

@@ -3,16 +3,18 @@ using Microsoft.Extensions.Configuration;
 namespace Tern.Proxy.Configuration;
 
 /// <summary>
-/// The configuration YARP reads its routes and clusters from: a copy of the live "ReverseProxy"
-/// section that is only updated once the whole configuration has passed Tern's checks, so an
-/// invalid edit never reaches YARP and the last good routes stay in force. YARP still parses it
-/// with its own reader and runs its own validation on top.
+/// A copy of one section of the live configuration, updated only once the whole configuration
+/// has passed Tern's checks, so an invalid edit never reaches what reads it and the last good
+/// values stay in force. YARP reads its routes and clusters from one ("ReverseProxy"; it still
+/// parses them with its own reader and runs its own validation on top), .NET's logging its
+/// levels from another ("Logging"): a rejected edit, or a file caught half-saved (which .NET
+/// loads as empty), changes neither.
 /// </summary>
-internal sealed class ProxyConfigurationGate : ConfigurationProvider, IConfigurationSource
+internal sealed class ConfigurationGate : ConfigurationProvider, IConfigurationSource
 {
     private readonly ChildKeyIndex _index = new();
 
-    public ProxyConfigurationGate() => Root = new ConfigurationRoot([this]);
+    public ConfigurationGate() => Root = new ConfigurationRoot([this]);
 
     public IConfigurationRoot Root { get; }
 
