@@ -50,11 +50,12 @@ internal static class ProxyErrorResponses
         // An upstream may answer before it has read the request body (an HTTP/2 upstream refusing
         // an upload, say). YARP then copies the whole response and only after it reports the body's
         // copy as failed, with the body's own exception; a request body that failed while the
-        // response did comes wrapped in an AggregateException with the response's, and the client is
-        // reset. So with the response begun and no AggregateException, the client got its whole
-        // answer: nothing failed that it or the upstream should hear about.
+        // response did, or before it came, comes wrapped in an AggregateException with the other
+        // failure. So with no AggregateException the client got its whole answer, begun or not (a
+        // 401 or 413 without content has not started yet): nothing failed that it or the upstream
+        // should hear about.
         var clientGone = context.RequestAborted.IsCancellationRequested;
-        var answeredWhole = context.Response.HasStarted && error.Exception is not AggregateException;
+        var answeredWhole = error.Exception is not AggregateException;
         if (answeredWhole && (error.Error is ForwarderError.RequestBodyDestination
             || (!clientGone && error.Error is ForwarderError.RequestBodyClient or ForwarderError.RequestBodyCanceled)))
         {
@@ -96,6 +97,16 @@ internal static class ProxyErrorResponses
             return;
         }
 
+        // Kestrel refused the upstream's response before its headers went out: a 205 with content,
+        // which a 205 may not have (Express's sendStatus(205) sends its reason phrase), is one.
+        // YARP reports it as the client's side failing and sets 502; the fault is the upstream's.
+        if (error.Error == ForwarderError.ResponseBodyClient && !context.Response.HasStarted && !clientGone
+            && Find<InvalidOperationException>(error.Exception) is { } refused and not ObjectDisposedException)
+        {
+            await UpstreamFailedAsync((StatusCodes.Status502BadGateway, $"the upstream sent a response that cannot be passed on: {refused.Message} (cluster '{cluster.ClusterId}')"));
+            return;
+        }
+
         // An upstream that switched protocols (101) for a request that asked for no upgrade: Kestrel
         // refuses to switch, and YARP reports that as the client's side failing.
         if (error.Error is ForwarderError.UpgradeRequestClient or ForwarderError.UpgradeResponseClient && !context.Response.HasStarted
@@ -110,6 +121,16 @@ internal static class ProxyErrorResponses
         // client that went away (499).
         var clientSide = error.Error is ForwarderError.RequestBodyClient or ForwarderError.ResponseBodyClient or ForwarderError.UpgradeRequestClient or ForwarderError.UpgradeResponseClient;
         var rejected = clientSide ? Rejection(error.Exception) : null;
+
+        // The cluster's activity timeout ended a read of the request body: the client, still
+        // connected, sent nothing more of it for that long. YARP says so by setting 408 (nginx's
+        // client_body_timeout answers the same).
+        if (rejected is null && error.Error == ForwarderError.RequestBodyClient && context.Response.StatusCode == StatusCodes.Status408RequestTimeout
+            && Find<OperationCanceledException>(error.Exception) is not null)
+        {
+            rejected = (StatusCodes.Status408RequestTimeout, "the client sent nothing more of it within the cluster's HttpRequest:ActivityTimeout");
+        }
+
         if (rejected is { } refusal && !context.Response.HasStarted && !context.RequestAborted.IsCancellationRequested)
         {
             TernLog.RequestBodyRejected(Logger(context), context.Request.Method, context.Request.Path, refusal.Status, refusal.Message, route);

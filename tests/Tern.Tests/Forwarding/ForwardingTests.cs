@@ -146,6 +146,40 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     }
 
     /// <summary>
+    /// An upstream that refuses an upload at once with no content (a 401 or 413 with
+    /// Content-Length: 0): YARP reports the body's copy as failed before the response has started,
+    /// as nothing of it was written yet. The client still gets the status, not a reset logged as
+    /// a 499.
+    /// </summary>
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task UpstreamRefusesTheBodyWithoutContent_ClientGetsTheStatus(string version)
+    {
+        await using var early = await TestUpstream.StartAsync("early", http2: true);
+        await using var tern = await StartInFrontOfH2cAsync(early);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+        if (version == "2.0")
+        {
+            using var h2 = tern.CreateClient(version: HttpVersion.Version20);
+            using var response = await h2.PostAsync(new Uri("/early-empty", UriKind.Relative), new EndlessContent(), timeout.Token);
+            Assert.Equal(HttpStatusCode.Unauthorized, response.StatusCode);
+            Assert.Empty(await response.Content.ReadAsByteArrayAsync(timeout.Token));
+        }
+        else
+        {
+            await using var client = await RawHttp.ConnectAsync(tern.Config.HttpsPort);
+            await client.WriteAsync("POST /early-empty HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1048576\r\n\r\n", timeout.Token);
+            await client.WriteAsync(new byte[64 * 1024], timeout.Token);
+            var answered = await client.ReadUntilAsync("\r\n\r\n", timeout.Token);
+            Assert.StartsWith("HTTP/1.1 401", answered, StringComparison.Ordinal);
+        }
+
+        await Task.Delay(300);
+        Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains("returned 499", StringComparison.Ordinal));
+    }
+
+    /// <summary>
     /// After an early answer, Kestrel drains the rest of an HTTP/1.1 body for at most 5 s; a client
     /// that stops sending it has its connection ended then, and nothing is logged as an error.
     /// </summary>

@@ -99,6 +99,47 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
         Assert.DoesNotContain(_tern.Logs.Lines, l => l.StartsWith("Error:", StringComparison.Ordinal));
     }
 
+    /// <summary>
+    /// A 205 with content (Express's sendStatus(205) sends its reason phrase), which a 205 may not
+    /// have: Kestrel refuses to send it, and YARP reports that as the client's side failing. The
+    /// client gets a 502 that says what the upstream did, not a reset logged as its own leaving
+    /// (499).
+    /// </summary>
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task UpstreamSends205WithContent_502SaysWhy(string version)
+    {
+        using var client = _tern.CreateClient(version: Version.Parse(version));
+        using var response = await client.GetAsync("/reset-content-with-content");
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        Assert.Equal("502 Bad Gateway: the upstream sent a response that cannot be passed on: Responses with status code 205 cannot have a non-zero Content-Length value. (cluster 'app')\n", await response.Content.ReadAsStringAsync());
+        await _tern.Logs.WaitForAsync("GET /reset-content-with-content returned 502: the upstream sent a response that cannot be passed on");
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("GET /reset-content-with-content returned 499", StringComparison.Ordinal));
+    }
+
+    /// <summary>
+    /// A client that stops sending its request body mid-way, still connected: after the cluster's
+    /// HttpRequest:ActivityTimeout (1 s here) it gets a 408 with the reason, as nginx's
+    /// client_body_timeout gives, not a reset logged as a client that left (499).
+    /// </summary>
+    [Fact]
+    public async Task ClientStallsMidUpload_Gets408AfterTheActivityTimeout()
+    {
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(15));
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort);
+        await client.WriteAsync("POST /wait-for-body HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n", timeout.Token);
+        await client.WriteAsync(new byte[60_000], timeout.Token);
+
+        var answer = await client.ReadUntilAsync("\r\n0\r\n\r\n", timeout.Token);
+        Assert.StartsWith("HTTP/1.1 408 Request Timeout", answer, StringComparison.Ordinal);
+        Assert.Contains("Connection: close", answer, StringComparison.OrdinalIgnoreCase);
+        Assert.Contains("408 Request Timeout: the request body was rejected (the client sent nothing more of it within the cluster's HttpRequest:ActivityTimeout)\n", answer, StringComparison.Ordinal);
+        await _tern.Logs.WaitForAsync("POST /wait-for-body returned 408: the request body was rejected: the client sent nothing more of it");
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("POST /wait-for-body returned 499", StringComparison.Ordinal));
+    }
+
     /// <summary>Reads one request head, then does what its path asks.</summary>
     private sealed class MisbehavingUpstream : IDisposable
     {
@@ -155,6 +196,8 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
                     "/two-lengths" => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 8\r\n\r\nok",
                     "/huge-headers" => "HTTP/1.1 200 OK\r\n" + string.Concat(Enumerable.Range(0, 70).Select(i => $"X-H{i}: {new string('v', 1000)}\r\n")) + "Content-Length: 2\r\n\r\nok",
                     "/no-content-with-length" => "HTTP/1.1 204 No Content\r\nContent-Length: 8\r\n\r\n",
+                    "/reset-content-with-content" => "HTTP/1.1 205 Reset Content\r\nX-Upstream: ok\r\nContent-Length: 13\r\n\r\nReset Content",
+                    "/wait-for-body" => "", // answers nothing: the client's body never ends
                     "/switch" => "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
                     "/short" or "/stall" => "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
                     "*" => "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", // HTTP/2's preface, to an HTTP/1.1 server
@@ -174,7 +217,7 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
                     }
                 }
 
-                if (path == "/stall")
+                if (path is "/stall" or "/wait-for-body")
                 {
                     await Task.Delay(TimeSpan.FromSeconds(10), stop); // past the cluster's 1 s ActivityTimeout
                 }

@@ -104,6 +104,13 @@ public sealed class TestUpstream : IAsyncDisposable
                 await context.Response.Body.FlushAsync(context.RequestAborted);
             }
         });
+        // Refuses the upload at once, without content and without reading the request body.
+        app.MapPost("/early-empty", context =>
+        {
+            context.Response.StatusCode = StatusCodes.Status401Unauthorized;
+            context.Response.ContentLength = 0;
+            return Task.CompletedTask;
+        });
         // HTTP/2 only: 10 KB of a response, then (200 ms later) the stream reset with INTERNAL_ERROR.
         app.MapGet("/reset-mid-body", async context =>
         {
