@@ -185,7 +185,7 @@ internal static class CertificateLoader
         {
             return TernFile.ReadAllText(path);
         }
-        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or NotSupportedException or ArgumentException)
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or NotSupportedException)
         {
             problems.Add(new(key, $"cannot read '{path}': {ex.Message}"));
             return null;
