@@ -287,6 +287,8 @@ public static class TernHost
         builder.WebHost.ConfigureKestrel(kestrel =>
         {
             kestrel.AddServerHeader = false;
+            kestrel.RequestHeaderEncodingSelector = HeaderBytes.Kestrel;
+            kestrel.ResponseHeaderEncodingSelector = HeaderBytes.Kestrel;
             ListenerLimits.Apply(settings.ListenerLimits, kestrel.Limits);
             // HTTP/1.1 and HTTP/2 (by ALPN) are Kestrel's default. Setting them explicitly made
             // Kestrel warn at every start that HTTP/2 was off, which is false: it only recognises

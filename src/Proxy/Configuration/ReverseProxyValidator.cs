@@ -64,6 +64,16 @@ internal static partial class ReverseProxyValidator
                 }
             }
 
+            // Tern passes header bytes unchanged (Forwarding.HeaderBytes); a decoding of its own
+            // would turn them into other bytes (UTF-8 read as UTF-8, then written as Latin-1).
+            foreach (var key in (string[])["HttpClient:RequestHeaderEncoding", "HttpClient:ResponseHeaderEncoding"])
+            {
+                if (cluster[key] is not null)
+                {
+                    problems.Add(new($"{cluster.Path}:{key}", "is not supported by Tern, which passes header bytes to and from upstreams unchanged; remove it"));
+                }
+            }
+
             // YARP's HashCookie policy needs System.IO.Hashing, which this build cannot ship (see Directory.Packages.props).
             var policy = cluster["SessionAffinity:Policy"];
             if (string.Equals(policy, "HashCookie", StringComparison.OrdinalIgnoreCase))

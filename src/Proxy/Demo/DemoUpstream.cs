@@ -45,7 +45,7 @@ internal static class DemoUpstream
             ["path"] = request.Path.Value,
             ["query"] = request.QueryString.Value,
             ["protocol"] = request.Protocol,
-            ["headers"] = request.Headers.ToDictionary(h => h.Key, h => h.Value.ToString()),
+            ["headers"] = request.Headers.ToDictionary(h => h.Key, h => AsUtf8(h.Value.ToString())),
             ["bodyLength"] = total,
             ["body"] = Encoding.UTF8.GetString(body.GetBuffer(), 0, (int)body.Length),
         };
@@ -53,6 +53,13 @@ internal static class DemoUpstream
         await JsonSerializer.SerializeAsync(context.Response.Body, echo, s_json, context.RequestAborted);
         await context.Response.WriteAsync("\n");
     }
+
+    /// <summary>
+    /// A header's bytes read as UTF-8 for the echo: Kestrel hands them over one character per byte
+    /// (Forwarding.HeaderBytes), so a browser's "café" would show as "cafÃ©".
+    /// </summary>
+    private static string AsUtf8(string value) =>
+        Ascii.IsValid(value) ? value : Encoding.UTF8.GetString(Encoding.Latin1.GetBytes(value));
 
     private static readonly JsonSerializerOptions s_json = new() { WriteIndented = true };
 }

@@ -31,6 +31,7 @@ internal sealed class UpstreamHttpClientFactory(ActiveConfiguration active) : Fo
         handler.ConnectTimeout = active.Bound.ConnectTimeout;
         handler.PooledConnectionIdleTimeout = active.Bound.PooledConnectionIdleTimeout;
         handler.ConnectCallback = ConnectAsync;
+        handler.RequestHeaderEncodingSelector = HeaderBytes.Upstream;
     }
 
     /// <summary>What SocketsHttpHandler does without a callback, after the descriptor check.</summary>

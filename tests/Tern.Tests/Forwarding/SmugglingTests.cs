@@ -211,6 +211,53 @@ public sealed class SmugglingTests : IAsyncLifetime
         }
     }
 
+    /// <summary>
+    /// Octets 0x80-0xFF in a header value (RFC 9110's obs-text: UTF-8 from a browser, Latin-1 from
+    /// an old client) are opaque data a proxy passes on unchanged, as nginx does. Before, Tern
+    /// answered 400 to bytes that were not UTF-8, reset the HTTP/2 stream, and answered 502 to the
+    /// rest (.NET's client refused to send them).
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task Request_HeaderBytesAbove0x7F_ReachTheUpstreamUnchanged(bool http2)
+    {
+        const string Value = "caf\u00c3\u00a9 \u00e9t\u00e9 \u0080\u00ff"; // UTF-8 café, Latin-1 été, the extremes
+        _upstream.Clear();
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: http2);
+        if (http2)
+        {
+            Assert.Equal("200", await Http2Exchange(client.Stream, [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", "/a"), ("x-a", Value)], null));
+        }
+        else
+        {
+            await client.WriteAsync(Encoding.Latin1.GetBytes($"GET /a HTTP/1.1\r\nHost: localhost\r\nX-A: {Value}\r\nConnection: close\r\n\r\n"));
+            var answer = await client.ReadUntilAsync("\0");
+            Assert.True(answer.StartsWith("HTTP/1.1 200 ", StringComparison.Ordinal), answer);
+        }
+
+        var only = Assert.Single(_upstream.Requests);
+        Assert.Equal(Value, Assert.Single(only.Headers, h => h.Name.Equals("X-A", StringComparison.OrdinalIgnoreCase)).Value);
+        Assert.Empty(_upstream.Violations);
+    }
+
+    /// <summary>The same octets in an upstream's response header reach the client unchanged (before: a 502, Kestrel refused to write them).</summary>
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task Response_HeaderBytesAbove0x7F_ReachTheClientUnchanged(string version)
+    {
+        using var client = _tern.CreateClient(version: Version.Parse(version));
+        using var response = await client.GetAsync("/r/bytes");
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal(new Version(version), response.Version);
+        // .NET's client reads response headers as Latin-1 (one character per byte).
+        Assert.Equal(ResponseBytes, Assert.Single(response.Content.Headers.GetValues("Content-Disposition")));
+    }
+
+    private const string ResponseBytes = "attachment; filename=\"caf\u00c3\u00a9 \u00e9t\u00e9 \u0080\u00ff.txt\"";
+
     private static async Task AnswerAsync(TcpClient client, CancellationToken stop)
     {
         const string Poison = "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\npoison";
@@ -245,6 +292,7 @@ public sealed class SmugglingTests : IAsyncLifetime
                     "/r/nul" => "HTTP/1.1 200 OK\r\nX-A: b\0Set-Cookie: evil=1\r\nContent-Length: 2\r\n\r\nok",
                     "/r/fold" => "HTTP/1.1 200 OK\r\nX-A: b\r\n Set-Cookie: evil=1\r\nContent-Length: 2\r\n\r\nok",
                     "/r/lf" => "HTTP/1.1 200 OK\r\nX-A: b\nSet-Cookie: evil=1\r\nContent-Length: 2\r\n\r\nok",
+                    "/r/bytes" => $"HTTP/1.1 200 OK\r\nContent-Disposition: {ResponseBytes}\r\nContent-Length: 2\r\n\r\nok",
                     _ => "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
                 };
                 await stream.WriteAsync(Encoding.Latin1.GetBytes(answer), stop);

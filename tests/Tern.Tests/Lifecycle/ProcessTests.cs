@@ -44,6 +44,7 @@ public abstract class ProcessTests(string engine)
         { "Kestrel HTTP/3 limit", "Kestrel__Limits__Http3__MaxRequestHeaderFieldSize=1", "error: Kestrel:Limits:Http3:MaxRequestHeaderFieldSize: Tern does not serve HTTP/3" },
         { "TERN_CONFIG a folder", "TERN_CONFIG=/tmp", "error: TERN_CONFIG (/tmp): it is a folder, not a regular file" },
         { "YARP value its reader cannot convert", "ReverseProxy__Clusters__app__HttpClient__SslProtocols__0=Tls9", "error: ReverseProxy:Clusters:app:HttpClient:SslProtocols:0: 'Tls9' is not a valid value: Requested value 'Tls9' was not found." },
+        { "YARP header encoding, which would re-encode header bytes", "ReverseProxy__Clusters__app__HttpClient__ResponseHeaderEncoding=utf-8", "error: ReverseProxy:Clusters:app:HttpClient:ResponseHeaderEncoding: is not supported by Tern, which passes header bytes to and from upstreams unchanged; remove it" },
         { "YARP duration as a bare number", "ReverseProxy__Clusters__app__HttpRequest__ActivityTimeout=30", "error: ReverseProxy:Clusters:app:HttpRequest:ActivityTimeout: '30' is not a duration: write [d.]hh:mm:ss (00:00:30 for 30 seconds, 30.00:00:00 for 30 days)" },
         { "YARP duration NaN", "ReverseProxy__Clusters__app__HttpRequest__ActivityTimeout=NaN", "error: ReverseProxy:Clusters:app:HttpRequest:ActivityTimeout: 'NaN' is not a duration: write [d.]hh:mm:ss; .NET reads a bare number as days" },
         { "YARP duration both a bare number and unreadable", "ReverseProxy__Clusters__app__HttpRequest__ActivityTimeout=1e9", "error: ReverseProxy:Clusters:app:HttpRequest:ActivityTimeout: '1e9' is not a duration: write [d.]hh:mm:ss; .NET reads a bare number as days" },
@@ -628,7 +629,7 @@ public sealed class ShippedDefaultsTests
         // Logged once Kestrel serves, through the asynchronous console logger: it may trail /healthz.
         await tern.WaitForOutputAsync("Tern listening: HTTPS 8443, HTTP 8080 (redirects to HTTPS 8443), management 9090");
 
-        var (exit, output) = await Tool.RunAsync("curl", ["-sS", "-k", "https://localhost:8443/anything?x=1", "-d", "hello"]);
+        var (exit, output) = await Tool.RunAsync("curl", ["-sS", "-k", "https://localhost:8443/anything?x=1", "-d", "hello", "-H", "X-Name: caf\u00e9"]);
 
         Assert.Equal(0, exit);
         using var echo = JsonDocument.Parse(output);
@@ -637,6 +638,7 @@ public sealed class ShippedDefaultsTests
         Assert.Equal("/anything", echo.RootElement.GetProperty("path").GetString());
         Assert.Equal("hello", echo.RootElement.GetProperty("body").GetString());
         Assert.Equal("https", echo.RootElement.GetProperty("headers").GetProperty("X-Forwarded-Proto").GetString());
+        Assert.Equal("caf\u00e9", echo.RootElement.GetProperty("headers").GetProperty("x-name").GetString()); // sent as UTF-8 (over HTTP/2, so lower-case), echoed as such
         await tern.WaitForOutputAsync("serving a self-signed certificate for localhost");
 
         var (h2Exit, version) = await Tool.RunAsync("curl", ["-sS", "-k", "--http2", "-o", "/dev/null", "-w", "%{http_version}", "https://localhost:8443/anything"]);
