@@ -47,6 +47,8 @@ internal static partial class ReverseProxyValidator
             }
         }
 
+        DuplicateRoutes.Check(configuration.GetSection($"{Section}:Routes").GetChildren(), problems);
+
         foreach (var cluster in clusters)
         {
             var destinations = cluster.GetSection("Destinations").GetChildren().ToList();
