@@ -1,0 +1,53 @@
+using Microsoft.AspNetCore.Http;
+
+namespace Tern.Proxy.Forwarding;
+
+/// <summary>
+/// A request that two routes match alike gets a 500 that says so and one log line naming them,
+/// instead of the router's exception: Kestrel's error with a stack trace for every such request,
+/// which a client could cause at will where routes differ only in headers it sends (X-A: 1 for one
+/// route, X-B: 1 for another, and a request with both).
+/// </summary>
+/// <remarks>
+/// Routes that collide on every request they match are refused at start (Configuration's
+/// DuplicateRoutes); these are the pairs that collide on some requests only. The router fails
+/// while it matches, before any response, and without awaiting anything (a throw, or a task
+/// already faulted), so this looks at the rest of the pipeline's call without an await of its
+/// own: nothing is added to a request that is not ambiguous.
+/// </remarks>
+internal static class RouteAmbiguity
+{
+    /// <summary>The router's exception, internal to ASP.NET Core, so known by its name.</summary>
+    private const string RouterAmbiguity = "Microsoft.AspNetCore.Routing.Matching.AmbiguousMatchException";
+
+    public static Task InvokeAsync(HttpContext context, RequestDelegate next)
+    {
+        Task rest;
+        try
+        {
+            rest = next(context);
+        }
+        catch (Exception thrown) when (IsAmbiguity(thrown, context))
+        {
+            return AnswerAsync(context, thrown);
+        }
+
+        // With a route that matches on headers or query parameters, the router's policies run
+        // in an async method: the exception comes back as a task already faulted.
+        return rest.IsFaulted && rest.Exception.InnerException is { } inner && IsAmbiguity(inner, context) ? AnswerAsync(context, inner) : rest;
+    }
+
+    private static bool IsAmbiguity(Exception exception, HttpContext context) =>
+        exception.GetType().FullName == RouterAmbiguity && !context.Response.HasStarted;
+
+    private static Task AnswerAsync(HttpContext context, Exception ambiguity)
+    {
+        // "The request matched multiple endpoints. Matches: \n\nroute-a\nroute-b": one line.
+        var routes = string.Join(", ", ambiguity.Message.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Skip(1));
+        TernLog.RoutesAmbiguous(context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("Tern.Proxy.Forwarding"), context.Request.Method, context.Request.Path, routes);
+        context.Response.StatusCode = StatusCodes.Status500InternalServerError;
+        context.Response.ContentType = "text/plain; charset=utf-8";
+        context.Response.Headers.CacheControl = "no-store";
+        return context.Response.WriteAsync("500 Internal Server Error: more than one route matches this request alike, and none was chosen\n");
+    }
+}
