@@ -365,7 +365,7 @@ public static class TernHost
             app.MapWhen(c => c.Connection.LocalPort == settings.DemoPort && IPAddress.IsLoopback(c.Connection.LocalIpAddress!), d => d.Run(DemoUpstream.HandleAsync));
         }
 
-        app.Use(RouteAmbiguity.InvokeAsync);
+        app.Use(EdgeRequests.InvokeAsync);
         app.UseRouting();
         app.Use(PlainHttpPolicy.InvokeAsync);
         app.MapReverseProxy(proxy =>

@@ -10,7 +10,8 @@ namespace Tern.Proxy.Forwarding;
 /// Tern's default request transforms for every route that does not configure its own:
 /// X-Forwarded-For/-Proto/-Host describing the real client (incoming values are kept and
 /// appended to only when the connection comes from Tern:Forwarding:TrustedProxies), and the
-/// original Host header passed to the upstream unless the route sets RequestHeaderOriginalHost.
+/// original Host header passed to the upstream unless the route sets RequestHeaderOriginalHost;
+/// and Expect answered by Tern, not passed on.
 /// </summary>
 internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransformProvider
 {
@@ -33,6 +34,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         // First of all transforms, so that a route's own X-Forwarded transform (Append, say) never
         // passes on what an untrusted client claimed.
         context.RequestTransforms.Insert(0, new UntrustedForwardedHeaders(active));
+        context.RequestTransforms.Insert(0, NoExpectation.Instance);
 
         // A route with its own X-Forwarded or Forwarded transform has already turned the defaults off.
         if (context.UseDefaultForwarders ?? true)
@@ -81,6 +83,29 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
                 TakeHeader(context, ForwardedHost);
                 TakeHeader(context, ForwardedPrefix);
                 TakeHeader(context, Forwarded);
+            }
+
+            return ValueTask.CompletedTask;
+        }
+    }
+
+    /// <summary>
+    /// Expect is answered here and not passed on, as nginx does. Kestrel sends the client its 100
+    /// Continue when the body is first read, which is when the upstream request is sent; passed
+    /// on, the expectation made .NET's client wait its Expect100ContinueTimeout (1 s) for an
+    /// upstream's 100 before sending the body, a second on every upload from curl (which asks
+    /// for 100 Continue on its own above 1 MB) or PHP's curl (above 1 KB). An unknown expectation
+    /// is not Tern's to pass on either (RFC 9110, 10.1.1: a proxy may answer 417 or drop it).
+    /// </summary>
+    private sealed class NoExpectation : RequestTransform
+    {
+        public static readonly NoExpectation Instance = new();
+
+        public override ValueTask ApplyAsync(RequestTransformContext context)
+        {
+            if (context.HttpContext.Request.Headers.Expect.Count != 0)
+            {
+                TakeHeader(context, "Expect");
             }
 
             return ValueTask.CompletedTask;

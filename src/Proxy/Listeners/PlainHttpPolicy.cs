@@ -18,13 +18,7 @@ internal static class PlainHttpPolicy
             return next(context);
         }
 
-        var request = context.Request;
-        if (!request.Host.HasValue)
-        {
-            context.Response.StatusCode = StatusCodes.Status400BadRequest;
-            return context.Response.WriteAsync("400 Bad Request: a Host header is required\n");
-        }
-
+        var request = context.Request; // it has a Host (EdgeRequests)
         var redirectPort = active.Current.Settings.RedirectHttpsPort ?? active.Bound.HttpsPort;
         var port = redirectPort == 443 ? null : (int?)redirectPort;
         var host = port is null ? new HostString(request.Host.Host) : new HostString(request.Host.Host, port.Value);

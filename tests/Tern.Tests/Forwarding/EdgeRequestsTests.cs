@@ -5,13 +5,15 @@ using Tern.Tests.Infrastructure;
 namespace Tern.Tests.Forwarding;
 
 /// <summary>
+/// What Tern answers itself before routing (EdgeRequests). Requests without a Host and TRACE are
+/// refused as nginx refuses them, and never reach an upstream.
 /// Routes that differ only in the headers they match (a canary by X-Canary, a version by
 /// X-Version) are a valid configuration, but a request carrying both headers matches both alike.
 /// The router then throws: before, that was Kestrel's 500 with an error and a stack trace in the
 /// log for each such request, which any client could send. Now it is a 500 that says why and one
 /// warning naming the routes; other requests are unaffected.
 /// </summary>
-public sealed class RouteAmbiguityTests : IAsyncLifetime
+public sealed class EdgeRequestsTests : IAsyncLifetime
 {
     private TestUpstream _canary = null!;
     private TestUpstream _v2 = null!;
@@ -67,6 +69,39 @@ public sealed class RouteAmbiguityTests : IAsyncLifetime
 
         // The connection serves on.
         Assert.Equal("main", await Send(client));
+    }
+
+    [Theory]
+    [InlineData("GET /x HTTP/1.1\r\nHost: \r\nConnection: close\r\n\r\n")] // .NET's client sent two Hosts: the destination's and this empty one
+    [InlineData("GET /x HTTP/1.1\r\nHost:    \r\nConnection: close\r\n\r\n")]
+    [InlineData("GET /x HTTP/1.0\r\n\r\n")] // the upstream got the destination's own address as Host
+    public async Task RequestWithoutAHost_400AndNothingReachesTheUpstream(string request)
+    {
+        var before = _main.Requests;
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort);
+        await client.WriteAsync(request);
+        var answer = await client.ReadUntilAsync("\0");
+
+        Assert.StartsWith("HTTP/1.1 400 ", answer, StringComparison.Ordinal);
+        Assert.Contains("\r\n400 Bad Request: a Host header is required\n", answer, StringComparison.Ordinal); // chunked over HTTP/1.1, whole over HTTP/1.0
+        Assert.Equal(before, _main.Requests);
+    }
+
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task Trace_405AndNothingReachesTheUpstream(string version)
+    {
+        var before = _main.Requests;
+        using var client = _tern.CreateClient(version: Version.Parse(version));
+        using var trace = new HttpRequestMessage(HttpMethod.Trace, "/name");
+        trace.Headers.Add("Cookie", "session=secret");
+        using var response = await client.SendAsync(trace);
+
+        Assert.Equal(HttpStatusCode.MethodNotAllowed, response.StatusCode);
+        Assert.StartsWith("405 Method Not Allowed: Tern does not forward TRACE", await response.Content.ReadAsStringAsync(), StringComparison.Ordinal);
+        Assert.Equal(before, _main.Requests);
+        Assert.Equal("main", await Send(client)); // and the connection serves on
     }
 
     private static async Task<string> Send(HttpClient client, params (string Name, string Value)[] headers)

@@ -3,25 +3,50 @@ using Microsoft.AspNetCore.Http;
 namespace Tern.Proxy.Forwarding;
 
 /// <summary>
+/// What Tern answers itself, before routing, to requests it will not forward, and to requests the
+/// router cannot place.
+/// </summary>
+/// <remarks>
+/// <para>
+/// A request without a Host (HTTP/1.0, or an empty <c>Host:</c>) is refused with 400, as nginx
+/// does: .NET's client would send the upstream the destination's own address as its Host (an
+/// internal address, which applications put into the URLs they build), and, for an empty one,
+/// that beside the empty Host: two Hosts, which upstreams and caches read differently.
+/// </para>
+/// <para>
+/// TRACE is refused with 405, as nginx does: an upstream that answers it (Apache's default) echoes
+/// the request back, with its cookies, its Authorization and the X-Forwarded headers Tern adds.
+/// </para>
+/// <para>
 /// A request that two routes match alike gets a 500 that says so and one log line naming them,
 /// instead of the router's exception: Kestrel's error with a stack trace for every such request,
 /// which a client could cause at will where routes differ only in headers it sends (X-A: 1 for one
 /// route, X-B: 1 for another, and a request with both).
-/// </summary>
-/// <remarks>
 /// Routes that collide on every request they match are refused at start (Configuration's
 /// DuplicateRoutes); these are the pairs that collide on some requests only. The router fails
 /// while it matches, before any response, and without awaiting anything (a throw, or a task
 /// already faulted), so this looks at the rest of the pipeline's call without an await of its
 /// own: nothing is added to a request that is not ambiguous.
+/// </para>
 /// </remarks>
-internal static class RouteAmbiguity
+internal static class EdgeRequests
 {
     /// <summary>The router's exception, internal to ASP.NET Core, so known by its name.</summary>
     private const string RouterAmbiguity = "Microsoft.AspNetCore.Routing.Matching.AmbiguousMatchException";
 
     public static Task InvokeAsync(HttpContext context, RequestDelegate next)
     {
+        var request = context.Request;
+        if (!request.Host.HasValue)
+        {
+            return RefuseAsync(context, StatusCodes.Status400BadRequest, "400 Bad Request: a Host header is required\n");
+        }
+
+        if (HttpMethods.IsTrace(request.Method))
+        {
+            return RefuseAsync(context, StatusCodes.Status405MethodNotAllowed, "405 Method Not Allowed: Tern does not forward TRACE, whose answer would echo the request's cookies and credentials\n");
+        }
+
         Task rest;
         try
         {
@@ -45,9 +70,14 @@ internal static class RouteAmbiguity
         // "The request matched multiple endpoints. Matches: \n\nroute-a\nroute-b": one line.
         var routes = string.Join(", ", ambiguity.Message.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Skip(1));
         TernLog.RoutesAmbiguous(context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("Tern.Proxy.Forwarding"), context.Request.Method, context.Request.Path, routes);
-        context.Response.StatusCode = StatusCodes.Status500InternalServerError;
+        return RefuseAsync(context, StatusCodes.Status500InternalServerError, "500 Internal Server Error: more than one route matches this request alike, and none was chosen\n");
+    }
+
+    private static Task RefuseAsync(HttpContext context, int status, string reason)
+    {
+        context.Response.StatusCode = status;
         context.Response.ContentType = "text/plain; charset=utf-8";
         context.Response.Headers.CacheControl = "no-store";
-        return context.Response.WriteAsync("500 Internal Server Error: more than one route matches this request alike, and none was chosen\n");
+        return context.Response.WriteAsync(reason);
     }
 }
