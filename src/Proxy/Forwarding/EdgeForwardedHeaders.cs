@@ -11,7 +11,7 @@ namespace Tern.Proxy.Forwarding;
 /// X-Forwarded-For/-Proto/-Host describing the real client (incoming values are kept and
 /// appended to only when the connection comes from Tern:Forwarding:TrustedProxies), and the
 /// original Host header passed to the upstream unless the route sets RequestHeaderOriginalHost;
-/// and Expect answered by Tern, not passed on.
+/// Expect answered by Tern, not passed on; and the client's own path and query (ClientTarget).
 /// </summary>
 internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransformProvider
 {
@@ -47,6 +47,12 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         if (!transforms.Any(t => t.ContainsKey("RequestHeaderOriginalHost")))
         {
             context.AddOriginalHost(true);
+        }
+
+        // Last, after any transform that could change the path or query.
+        if (ClientTarget.AppliesTo(transforms))
+        {
+            context.RequestTransforms.Add(ClientTarget.Instance);
         }
     }
 

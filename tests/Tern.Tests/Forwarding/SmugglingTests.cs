@@ -2,6 +2,7 @@ using System.Collections.Concurrent;
 using System.Net;
 using System.Net.Sockets;
 using System.Text;
+using System.Text.Json.Nodes;
 using System.Text.RegularExpressions;
 using Tern.Tests.Infrastructure;
 
@@ -31,7 +32,8 @@ public sealed class SmugglingTests : IAsyncLifetime
     {
         _tern = await TernInstance.StartAsync(new TernConfig(Proxy.Tls.TlsEngines.OpenSsl)
             .Route("all", "app", "{**catch-all}").Cluster("app", [_upstream.Address])
-            .Route("responses", "responses", "/r/{**rest}").Cluster("responses", [_responder.Address]));
+            .Route("responses", "responses", "/r/{**rest}").Cluster("responses", [_responder.Address])
+            .Route("stripped", "app", "/strip/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/strip" }) }));
     }
 
     public async Task DisposeAsync()
@@ -254,6 +256,44 @@ public sealed class SmugglingTests : IAsyncLifetime
         Assert.Equal(new Version(version), response.Version);
         // .NET's client reads response headers as Latin-1 (one character per byte).
         Assert.Equal(ResponseBytes, Assert.Single(response.Content.Headers.GetValues("Content-Disposition")));
+    }
+
+    /// <summary>
+    /// The upstream gets the path and query as the client wrote them (ClientTarget), as through
+    /// nginx: before, <c>%2F</c> arrived as <c>%252F</c> and <c>%3B</c> as <c>;</c>. Where Kestrel
+    /// resolved dot segments before routing, or the target holds what a URI may not, the upstream
+    /// gets the path Tern routed on, as YARP writes it; so does a route that rewrites the path.
+    /// </summary>
+    [Theory]
+    [InlineData("/a%2Fb", "/a%2Fb")]
+    [InlineData("/a%3Bb%26c%3Dd%2Be", "/a%3Bb%26c%3Dd%2Be")]
+    [InlineData("/caf%c3%a9/A%7eb", "/caf%c3%a9/A%7eb")]
+    [InlineData("/a;v=1//b/...c", "/a;v=1//b/...c")]
+    [InlineData("/q?x=%2F&y=a+b&z=%zz", "/q?x=%2F&y=a+b&z=%zz")]
+    [InlineData("/a/%2e%2E/b%2F", "/b%252F")] // a dot segment: Kestrel's path, escaped by YARP
+    [InlineData("/a/./b", "/a/b")]
+    [InlineData("/q?x=<>", "/q?x=%3C%3E")] // not URI characters: YARP's escaping
+    [InlineData("/strip/a%2Fb", "/a%252Fb")] // a route that rewrites the path: YARP's target
+    public async Task Request_Target_ReachesTheUpstreamAsTheClientWroteIt(string target, string forwarded)
+    {
+        foreach (var http2 in new[] { false, true })
+        {
+            _upstream.Clear();
+            await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: http2);
+            if (http2)
+            {
+                Assert.Equal("200", await Http2Exchange(client.Stream, [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", target)], null));
+            }
+            else
+            {
+                await client.WriteAsync($"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+                var answer = await client.ReadUntilAsync("\0");
+                Assert.True(answer.StartsWith("HTTP/1.1 200 ", StringComparison.Ordinal), answer);
+            }
+
+            Assert.Equal(forwarded, Assert.Single(_upstream.Requests).Target);
+            Assert.Empty(_upstream.Violations);
+        }
     }
 
     /// <summary>

@@ -1,0 +1,110 @@
+using System.Buffers;
+using Microsoft.AspNetCore.Http.Features;
+using Yarp.ReverseProxy.Transforms;
+
+namespace Tern.Proxy.Forwarding;
+
+/// <summary>
+/// The upstream gets the request's path and query as the client wrote them, as through nginx,
+/// on routes that do not rewrite the path or query.
+/// </summary>
+/// <remarks>
+/// <para>
+/// YARP builds the upstream's target from Kestrel's decoded path, escaped again. That is not the
+/// client's: Kestrel leaves <c>%2F</c> encoded and YARP then escapes its <c>%</c>, so
+/// <c>/a%2Fb</c> reached the upstream as <c>/a%252Fb</c> (an npm scoped package through Nexus,
+/// GitLab's <c>projects/group%2Fproject</c>, RabbitMQ's vhost <c>%2F</c>: another resource, or a
+/// 404); and <c>%3B</c>, <c>%2B</c>, <c>%26</c> arrived decoded, as <c>;</c>, <c>+</c>, <c>&amp;</c>,
+/// which mean something else to a Java app, S3 or a signature over the path.
+/// </para>
+/// <para>
+/// The client's target is used only where it means what Kestrel routed on: it is in origin form,
+/// holds only characters a URI may hold (RFC 3986: no controls, spaces, quotes or backslashes),
+/// and has no dot segment, plain or encoded (<c>.</c>, <c>..</c>, <c>%2e%2e</c>), which Kestrel
+/// resolves before routing; any other request gets YARP's target, as before, so that the upstream
+/// never resolves a path to somewhere other than where Tern routed it. The target is not parsed
+/// again on the way (<see cref="UriCreationOptions.DangerousDisablePathAndQueryCanonicalization"/>):
+/// .NET would otherwise unescape some of it.
+/// </para>
+/// </remarks>
+internal sealed class ClientTarget : RequestTransform
+{
+    public static readonly ClientTarget Instance = new();
+
+    // RFC 3986: unreserved, reserved (gen-delims without '#', sub-delims) and '%'.
+    private static readonly SearchValues<char> s_uriChars =
+        SearchValues.Create("!$%&'()*+,-./0123456789:;=?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]_abcdefghijklmnopqrstuvwxyz~");
+
+    private static readonly UriCreationOptions s_asWritten = new() { DangerousDisablePathAndQueryCanonicalization = true };
+
+    /// <summary>Whether a route's transforms leave the path and query alone (YARP's Path* and Query* transforms rewrite them).</summary>
+    public static bool AppliesTo(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
+        !transforms.Any(t => t.Keys.Any(k => k.StartsWith("Path", StringComparison.OrdinalIgnoreCase) || k.StartsWith("Query", StringComparison.OrdinalIgnoreCase)));
+
+    public override ValueTask ApplyAsync(RequestTransformContext context)
+    {
+        var target = context.HttpContext.Features.Get<IHttpRequestFeature>()?.RawTarget;
+        if (target is { Length: > 0 } && target[0] == '/' && !context.HttpContext.Request.PathBase.HasValue && AsWritten(target))
+        {
+            var prefix = context.DestinationPrefix.AsSpan();
+            if (prefix.EndsWith('/'))
+            {
+                prefix = prefix[..^1];
+            }
+
+            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, target), in s_asWritten);
+        }
+
+        return ValueTask.CompletedTask;
+    }
+
+    /// <summary>Whether the target can go as written: URI characters only, and no dot segment in its path.</summary>
+    internal static bool AsWritten(string target)
+    {
+        if (target.AsSpan().IndexOfAnyExcept(s_uriChars) >= 0)
+        {
+            return false;
+        }
+
+        var query = target.IndexOf('?', StringComparison.Ordinal);
+        var path = query < 0 ? target.AsSpan() : target.AsSpan(0, query);
+        while (path.Length > 0)
+        {
+            path = path[1..]; // past the '/'
+            var end = path.IndexOf('/');
+            if (IsDotSegment(end < 0 ? path : path[..end]))
+            {
+                return false;
+            }
+
+            path = end < 0 ? [] : path[end..];
+        }
+
+        return true;
+    }
+
+    /// <summary>"." or "..", each dot written as itself or as %2e.</summary>
+    private static bool IsDotSegment(ReadOnlySpan<char> segment)
+    {
+        var dots = 0;
+        while (segment.Length > 0)
+        {
+            if (segment[0] == '.')
+            {
+                segment = segment[1..];
+            }
+            else if (segment.StartsWith("%2e", StringComparison.OrdinalIgnoreCase))
+            {
+                segment = segment[3..];
+            }
+            else
+            {
+                return false;
+            }
+
+            dots++;
+        }
+
+        return dots is 1 or 2;
+    }
+}
