@@ -39,12 +39,12 @@ internal static class EdgeRequests
         var request = context.Request;
         if (!request.Host.HasValue)
         {
-            return RefuseAsync(context, StatusCodes.Status400BadRequest, "400 Bad Request: a Host header is required\n");
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "a Host header is required");
         }
 
         if (HttpMethods.IsTrace(request.Method))
         {
-            return RefuseAsync(context, StatusCodes.Status405MethodNotAllowed, "405 Method Not Allowed: Tern does not forward TRACE, whose answer would echo the request's cookies and credentials\n");
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status405MethodNotAllowed, "Tern does not forward TRACE, whose answer would echo the request's cookies and credentials");
         }
 
         Task rest;
@@ -69,15 +69,7 @@ internal static class EdgeRequests
     {
         // "The request matched multiple endpoints. Matches: \n\nroute-a\nroute-b": one line.
         var routes = string.Join(", ", ambiguity.Message.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Skip(1));
-        TernLog.RoutesAmbiguous(context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("Tern.Proxy.Forwarding"), context.Request.Method, context.Request.Path, routes);
-        return RefuseAsync(context, StatusCodes.Status500InternalServerError, "500 Internal Server Error: more than one route matches this request alike, and none was chosen\n");
-    }
-
-    private static Task RefuseAsync(HttpContext context, int status, string reason)
-    {
-        context.Response.StatusCode = status;
-        context.Response.ContentType = "text/plain; charset=utf-8";
-        context.Response.Headers.CacheControl = "no-store";
-        return context.Response.WriteAsync(reason);
+        TernLog.RoutesAmbiguous(ProxyErrorResponses.Logger(context), context.Request.Method, context.Request.Path, routes);
+        return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status500InternalServerError, "more than one route matches this request alike, and none was chosen");
     }
 }

@@ -178,7 +178,7 @@ internal static class ProxyErrorResponses
     }
 
     /// <summary>The plain-text answer: status, reason phrase and Tern's reason, never cached.</summary>
-    private static async Task RespondAsync(HttpContext context, int status, string reason, bool close = false)
+    internal static async Task RespondAsync(HttpContext context, int status, string reason, bool close = false)
     {
         context.Response.Clear();
         if (close)
@@ -395,9 +395,11 @@ internal static class ProxyErrorResponses
         StatusCodes.Status400BadRequest => "Bad Request",
         StatusCodes.Status408RequestTimeout => "Request Timeout",
         StatusCodes.Status413PayloadTooLarge => "Payload Too Large",
+        StatusCodes.Status405MethodNotAllowed => "Method Not Allowed",
+        StatusCodes.Status500InternalServerError => "Internal Server Error",
         _ => "Error",
     };
 
-    private static ILogger Logger(HttpContext context) =>
+    internal static ILogger Logger(HttpContext context) =>
         context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("Tern.Proxy.Forwarding");
 }
