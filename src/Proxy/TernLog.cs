@@ -90,6 +90,9 @@ internal static partial class TernLog
     [LoggerMessage(308, LogLevel.Warning, "{Method} {Path} returned 500: two or more of the routes that match it ({Routes}) match it alike (the same Order and rank), so the router chose none; give the one that should win a lower Order, or tell their Match apart")]
     public static partial void RoutesAmbiguous(ILogger logger, string method, string path, string routes);
 
+    [LoggerMessage(309, LogLevel.Debug, "{Method} {Path}: request headers {Names} not forwarded: their names have underscores (Tern:Forwarding:UnderscoresInHeaders)")]
+    public static partial void UnderscoreHeadersDropped(ILogger logger, string method, string path, string names);
+
     [LoggerMessage(400, LogLevel.Information, "Tern listening: HTTPS {HttpsPort}, HTTP {HttpPort} (redirects to HTTPS {RedirectPort}), management {ManagementPort}")]
     public static partial void Listening(ILogger logger, int httpsPort, int httpPort, int redirectPort, int managementPort);
 

@@ -40,6 +40,9 @@ public sealed record TernSettings
 
     public IReadOnlyList<IPNetwork> TrustedProxies { get; init; } = [];
 
+    /// <summary>Whether request headers whose names have an underscore are forwarded (nginx's underscores_in_headers).</summary>
+    public bool UnderscoresInHeaders { get; init; }
+
     public TimeSpan ConnectTimeout { get; init; } = TimeSpan.FromMilliseconds(800);
 
     /// <summary>How long an upstream connection may wait unused in the pool before Tern closes it (.NET's default).</summary>
@@ -79,6 +82,7 @@ public sealed record TernSettings
             SelfSignedDirectory = reader.String("Tern:Tls:SelfSignedDirectory") ?? defaults.SelfSignedDirectory,
             SessionTicketKeysPath = reader.String("Tern:Tls:SessionTicketKeys"),
             TrustedProxies = ReadNetworks(reader, "Tern:Forwarding:TrustedProxies"),
+            UnderscoresInHeaders = reader.Bool("Tern:Forwarding:UnderscoresInHeaders", defaults.UnderscoresInHeaders),
             ConnectTimeout = reader.Duration("Tern:Forwarding:ConnectTimeout", defaults.ConnectTimeout),
             PooledConnectionIdleTimeout = reader.Duration("Tern:Forwarding:PooledConnectionIdleTimeout", defaults.PooledConnectionIdleTimeout),
             DrainTimeout = reader.Duration("Tern:Shutdown:DrainTimeout", defaults.DrainTimeout),

@@ -11,7 +11,8 @@ namespace Tern.Proxy.Forwarding;
 /// X-Forwarded-For/-Proto/-Host describing the real client (incoming values are kept and
 /// appended to only when the connection comes from Tern:Forwarding:TrustedProxies), and the
 /// original Host header passed to the upstream unless the route sets RequestHeaderOriginalHost;
-/// Expect answered by Tern, not passed on; and the client's own path and query (ClientTarget).
+/// Expect answered by Tern, not passed on; headers whose names have underscores not passed on;
+/// and the client's own path and query (ClientTarget).
 /// </summary>
 internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransformProvider
 {
@@ -35,6 +36,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         // passes on what an untrusted client claimed.
         context.RequestTransforms.Insert(0, new UntrustedForwardedHeaders(active));
         context.RequestTransforms.Insert(0, NoExpectation.Instance);
+        context.RequestTransforms.Insert(0, new NoUnderscoreNames(active));
 
         // A route with its own X-Forwarded or Forwarded transform has already turned the defaults off.
         if (context.UseDefaultForwarders ?? true)
@@ -112,6 +114,48 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             if (context.HttpContext.Request.Headers.Expect.Count != 0)
             {
                 TakeHeader(context, "Expect");
+            }
+
+            return ValueTask.CompletedTask;
+        }
+    }
+
+    /// <summary>
+    /// Headers whose names have an underscore are not passed on, as nginx does by default
+    /// (underscores_in_headers off), unless Tern:Forwarding:UnderscoresInHeaders. CGI, PHP, WSGI
+    /// and Rack hand headers to applications as HTTP_X_FORWARDED_FOR and the like, a dash and an
+    /// underscore alike: a client's X_Forwarded_For or X_Client_Cert arrives under the name of a
+    /// header Tern sets, and some servers let it win (Puma's CVE-2024-45614). First of all
+    /// transforms, so that a route's own transforms may still set such a header. Read from the
+    /// copy YARP made, whose enumerator is a struct: Kestrel's request headers box theirs.
+    /// </summary>
+    private sealed class NoUnderscoreNames(ActiveConfiguration active) : RequestTransform
+    {
+        public override ValueTask ApplyAsync(RequestTransformContext context)
+        {
+            if (active.Current.Settings.UnderscoresInHeaders)
+            {
+                return ValueTask.CompletedTask;
+            }
+
+            List<string>? names = null;
+            foreach (var (name, _) in context.ProxyRequest.Headers.NonValidated)
+            {
+                if (name.Contains('_', StringComparison.Ordinal))
+                {
+                    (names ??= []).Add(name);
+                }
+            }
+
+            if (names is not null)
+            {
+                foreach (var name in names)
+                {
+                    context.ProxyRequest.Headers.Remove(name);
+                }
+
+                var request = context.HttpContext.Request;
+                TernLog.UnderscoreHeadersDropped(ProxyErrorResponses.Logger(context.HttpContext), request.Method, request.Path, string.Join(", ", names));
             }
 
             return ValueTask.CompletedTask;

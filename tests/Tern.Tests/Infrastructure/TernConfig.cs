@@ -37,6 +37,9 @@ public sealed class TernConfig
 
     public JsonObject ReverseProxy { get; set; }
 
+    /// <summary>The level of Tern.Proxy.Forwarding's log (Debug shows each request it changes).</summary>
+    public string ForwardingLogLevel { get; set; } = "Information";
+
     /// <summary>The Kestrel section (Tern reads its Limits), written only when set.</summary>
     public JsonObject? Kestrel { get; set; }
 
@@ -92,7 +95,7 @@ public sealed class TernConfig
         {
             ["Tern"] = Tern.DeepClone(),
             ["ReverseProxy"] = ReverseProxy.DeepClone(),
-            ["Logging"] = new JsonObject { ["LogLevel"] = new JsonObject { ["Default"] = "Warning", ["Tern.Proxy.Tls"] = "Debug", ["Tern.Proxy.Configuration"] = "Information", ["Tern.Proxy.Forwarding"] = "Information" } },
+            ["Logging"] = new JsonObject { ["LogLevel"] = new JsonObject { ["Default"] = "Warning", ["Tern.Proxy.Tls"] = "Debug", ["Tern.Proxy.Configuration"] = "Information", ["Tern.Proxy.Forwarding"] = ForwardingLogLevel } },
         };
         if (Kestrel is not null)
         {

@@ -1,0 +1,84 @@
+using System.Net;
+using System.Text.Json.Nodes;
+using Tern.Tests.Infrastructure;
+
+namespace Tern.Tests.Forwarding;
+
+/// <summary>
+/// Request headers whose names have an underscore are not forwarded unless
+/// Tern:Forwarding:UnderscoresInHeaders, as nginx does by default. CGI, PHP, WSGI and Rack name
+/// headers HTTP_X_FORWARDED_FOR, a dash and an underscore alike: a client's X_Forwarded_For would
+/// arrive under the name of the header Tern sets.
+/// </summary>
+public sealed class UnderscoreHeadersTests : IAsyncLifetime
+{
+    private TestUpstream _upstream = null!;
+    private TernInstance _tern = null!;
+
+    public async Task InitializeAsync()
+    {
+        _upstream = await TestUpstream.StartAsync();
+        _tern = await TernInstance.StartAsync(TernConfig.To(Proxy.Tls.TlsEngines.OpenSsl, _upstream));
+    }
+
+    public async Task DisposeAsync()
+    {
+        await _tern.DisposeAsync();
+        await _upstream.DisposeAsync();
+    }
+
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task HeaderNamesWithUnderscores_DroppedByDefault(string version)
+    {
+        using var client = _tern.CreateClient(version: Version.Parse(version));
+        var received = await Headers(client, ("X_Forwarded_For", "203.0.113.9"), ("X_Client_Cert", "forged"), ("my_header", "1"), ("X-Kept", "1"));
+
+        Assert.DoesNotContain(received.Keys, name => name.Contains('_', StringComparison.Ordinal));
+        Assert.Equal("127.0.0.1", received["X-Forwarded-For"]);
+        Assert.Equal("1", received["X-Kept"]);
+    }
+
+    /// <summary>
+    /// A route's own transform may still set such a header (the drop comes first); each request
+    /// whose headers were dropped is logged at Debug; Tern:Forwarding:UnderscoresInHeaders passes
+    /// them on, and takes effect on reload.
+    /// </summary>
+    [Fact]
+    public async Task HeaderNamesWithUnderscores_RouteMaySetOneAndTheSettingPassesThemOn()
+    {
+        using var client = _tern.CreateClient();
+        var config = _tern.Config;
+        config.ForwardingLogLevel = "Debug";
+        config.ReverseProxy["Routes"]!["all"]!["Transforms"] = new JsonArray(new JsonObject { ["RequestHeader"] = "X_Tenant", ["Set"] = "acme" });
+        await _tern.RewriteConfigAsync(config.ToJson());
+        await _tern.Logs.WaitForAsync("Configuration reloaded");
+
+        var received = await Headers(client, ("my_header", "1"), ("X_Tenant", "forged"));
+        Assert.Equal("acme", received["X_Tenant"]);
+        Assert.False(received.ContainsKey("my_header"));
+        var line = await _tern.Logs.WaitForAsync("GET /headers: request headers ");
+        Assert.Equal("Debug: Tern.Proxy.Forwarding: GET /headers: request headers my_header, X_Tenant not forwarded: their names have underscores (Tern:Forwarding:UnderscoresInHeaders)", line);
+
+        config.Tern["Forwarding"] = new JsonObject { ["UnderscoresInHeaders"] = true };
+        var logged = _tern.Logs.Count;
+        await _tern.RewriteConfigAsync(config.ToJson());
+        await _tern.Logs.WaitForAsync("Configuration reloaded", after: logged);
+        received = await Headers(client, ("my_header", "1"));
+        Assert.Equal("1", received["my_header"]);
+    }
+
+    private static async Task<Dictionary<string, string>> Headers(HttpClient client, params (string Name, string Value)[] headers)
+    {
+        using var request = new HttpRequestMessage(HttpMethod.Get, "/headers");
+        foreach (var (name, value) in headers)
+        {
+            request.Headers.TryAddWithoutValidation(name, value);
+        }
+
+        using var response = await client.SendAsync(request);
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        return TestUpstream.ParseHeaders(await response.Content.ReadAsStringAsync());
+    }
+}
