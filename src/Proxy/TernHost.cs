@@ -16,6 +16,7 @@ using Tern.Proxy.Demo;
 using Tern.Proxy.Forwarding;
 using Tern.Proxy.Listeners;
 using Tern.Proxy.Management;
+using Tern.Proxy.Telemetry;
 using Tern.Proxy.Tls;
 using Tern.Proxy.Tls.OpenSsl;
 using Yarp.ReverseProxy.Forwarder;
@@ -133,9 +134,9 @@ public static class TernHost
         builder.Services.AddKeyedSingleton(ConfigurationSnapshot.LoggingSection, logging);
         builder.Logging.AddConsole();
         options.Logging?.Invoke(builder.Logging);
-        // Kestrel's Critical line for an HTTP/2 stream-reset flood, once per 10 s at Warning
-        // (Http2FloodLog says why); every other line goes through as it is.
-        builder.Services.Replace(ServiceDescriptor.Singleton<ILoggerFactory>(services => new Http2FloodLog(new LoggerFactory(
+        // Lines a client can cause at will, each event a few times per window (LogFloods says
+        // which and why); every other line goes through as it is.
+        builder.Services.Replace(ServiceDescriptor.Singleton<ILoggerFactory>(services => new LogFloods(new LoggerFactory(
             services.GetServices<ILoggerProvider>(), services.GetRequiredService<IOptionsMonitor<LoggerFilterOptions>>(),
             services.GetService<IOptions<LoggerFactoryOptions>>(), services.GetService<IExternalScopeProvider>()))));
         builder.Services.AddRouting();

@@ -1,5 +1,5 @@
 using System.Net;
-using Tern.Proxy.Listeners;
+using Tern.Proxy.Telemetry;
 using Tern.Tests.Infrastructure;
 
 namespace Tern.Tests.Listeners;
@@ -7,7 +7,7 @@ namespace Tern.Tests.Listeners;
 /// <summary>
 /// An HTTP/2 client that opens and resets streams faster than Kestrel can clear them: Kestrel
 /// closes its connection, and Tern logs it once per 10 s at Warning instead of Kestrel's ~100
-/// Critical lines per connection (<see cref="Http2FloodLog"/>).
+/// Critical lines per connection (<see cref="LogFloods"/>).
 /// </summary>
 public sealed class Http2FloodTests
 {
@@ -44,8 +44,8 @@ public sealed class Http2FloodTests
     public async Task OtherKestrelHttp2Lines_PassAsTheyAre_Event60_OncePerWindow_TheCountLeftOutAtItsEnd()
     {
         var capture = new LogCapture();
-        using var factory = new Http2FloodLog(LoggerFactory.Create(b => b.AddProvider(capture).SetMinimumLevel(LogLevel.Debug)), TimeSpan.FromMilliseconds(500));
-        var logger = factory.CreateLogger(Http2FloodLog.Category);
+        using var factory = new LogFloods(LoggerFactory.Create(b => b.AddProvider(capture).SetMinimumLevel(LogLevel.Debug)), kestrelWindow: TimeSpan.FromMilliseconds(500));
+        var logger = factory.CreateLogger(LogFloods.KestrelHttp2);
 
         logger.Log(LogLevel.Critical, new EventId(61, "Http2UnexpectedDataRemaining"), "unexpected state", null, (s, _) => s);
         var exception = new InvalidOperationException("never thrown");
@@ -73,8 +73,8 @@ public sealed class Http2FloodTests
     public async Task ALoggerThatThrows_DoesNotEndTheProcessAtTheWindowsEnd()
     {
         var failing = new FailingProvider();
-        using var factory = new Http2FloodLog(LoggerFactory.Create(b => b.AddProvider(failing)), TimeSpan.FromMilliseconds(200));
-        var logger = factory.CreateLogger(Http2FloodLog.Category);
+        using var factory = new LogFloods(LoggerFactory.Create(b => b.AddProvider(failing)), kestrelWindow: TimeSpan.FromMilliseconds(200));
+        var logger = factory.CreateLogger(LogFloods.KestrelHttp2);
         Assert.ThrowsAny<Exception>(() => logger.Log(LogLevel.Critical, new EventId(60), "flood one", null, (s, _) => s)); // to the caller, as before
         logger.Log(LogLevel.Critical, new EventId(60), "flood two", null, (s, _) => s); // left out: the timer is armed
         await Task.Delay(600);
