@@ -43,6 +43,9 @@ public sealed record TernSettings
     /// <summary>Whether request headers whose names have an underscore are forwarded (nginx's underscores_in_headers).</summary>
     public bool UnderscoresInHeaders { get; init; }
 
+    /// <summary>Whether the upstream's Server response header reaches the client (nginx's proxy_pass_header Server).</summary>
+    public bool PassServerHeader { get; init; }
+
     public TimeSpan ConnectTimeout { get; init; } = TimeSpan.FromMilliseconds(800);
 
     /// <summary>How long an upstream connection may wait unused in the pool before Tern closes it (.NET's default).</summary>
@@ -83,6 +86,7 @@ public sealed record TernSettings
             SessionTicketKeysPath = reader.String("Tern:Tls:SessionTicketKeys"),
             TrustedProxies = ReadNetworks(reader, "Tern:Forwarding:TrustedProxies"),
             UnderscoresInHeaders = reader.Bool("Tern:Forwarding:UnderscoresInHeaders", defaults.UnderscoresInHeaders),
+            PassServerHeader = reader.Bool("Tern:Forwarding:PassServerHeader", defaults.PassServerHeader),
             ConnectTimeout = reader.Duration("Tern:Forwarding:ConnectTimeout", defaults.ConnectTimeout),
             PooledConnectionIdleTimeout = reader.Duration("Tern:Forwarding:PooledConnectionIdleTimeout", defaults.PooledConnectionIdleTimeout),
             DrainTimeout = reader.Duration("Tern:Shutdown:DrainTimeout", defaults.DrainTimeout),

@@ -1,5 +1,6 @@
 using System.Net;
 using Microsoft.Extensions.Primitives;
+using Microsoft.Net.Http.Headers;
 using Tern.Proxy.Configuration;
 using Yarp.ReverseProxy.Transforms;
 using Yarp.ReverseProxy.Transforms.Builder;
@@ -12,7 +13,8 @@ namespace Tern.Proxy.Forwarding;
 /// appended to only when the connection comes from Tern:Forwarding:TrustedProxies), and the
 /// original Host header passed to the upstream unless the route sets RequestHeaderOriginalHost;
 /// Expect answered by Tern, not passed on; headers whose names have underscores not passed on;
-/// and the client's own path and query (ClientTarget).
+/// the client's own path and query (ClientTarget); and the upstream's Server header kept from
+/// the client.
 /// </summary>
 internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransformProvider
 {
@@ -37,6 +39,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         context.RequestTransforms.Insert(0, new UntrustedForwardedHeaders(active));
         context.RequestTransforms.Insert(0, NoExpectation.Instance);
         context.RequestTransforms.Insert(0, new NoUnderscoreNames(active));
+        context.ResponseTransforms.Insert(0, new NoUpstreamServer(active));
 
         // A route with its own X-Forwarded or Forwarded transform has already turned the defaults off.
         if (context.UseDefaultForwarders ?? true)
@@ -156,6 +159,24 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
 
                 var request = context.HttpContext.Request;
                 TernLog.UnderscoreHeadersDropped(ProxyErrorResponses.Logger(context.HttpContext), request.Method, request.Path, string.Join(", ", names));
+            }
+
+            return ValueTask.CompletedTask;
+        }
+    }
+
+    /// <summary>
+    /// The upstream's Server header (Apache/2.4.41 (Ubuntu), say: its software and version) is not
+    /// passed on, as nginx and Envoy do by default, unless Tern:Forwarding:PassServerHeader. Tern
+    /// sends none of its own. First of the response transforms, so that a route may set one.
+    /// </summary>
+    private sealed class NoUpstreamServer(ActiveConfiguration active) : ResponseTransform
+    {
+        public override ValueTask ApplyAsync(ResponseTransformContext context)
+        {
+            if (!active.Current.Settings.PassServerHeader)
+            {
+                context.HttpContext.Response.Headers.Remove(HeaderNames.Server);
             }
 
             return ValueTask.CompletedTask;

@@ -5,12 +5,13 @@ using Tern.Tests.Infrastructure;
 namespace Tern.Tests.Forwarding;
 
 /// <summary>
-/// Request headers whose names have an underscore are not forwarded unless
-/// Tern:Forwarding:UnderscoresInHeaders, as nginx does by default. CGI, PHP, WSGI and Rack name
-/// headers HTTP_X_FORWARDED_FOR, a dash and an underscore alike: a client's X_Forwarded_For would
-/// arrive under the name of the header Tern sets.
+/// Headers Tern keeps from the other side by default, as nginx does: request headers whose names
+/// have an underscore (Tern:Forwarding:UnderscoresInHeaders; CGI, PHP, WSGI and Rack name headers
+/// HTTP_X_FORWARDED_FOR, a dash and an underscore alike, so a client's X_Forwarded_For would arrive
+/// under the name of the header Tern sets), and the upstream's Server response header, which names
+/// its software and version (Tern:Forwarding:PassServerHeader).
 /// </summary>
-public sealed class UnderscoreHeadersTests : IAsyncLifetime
+public sealed class HeaderDefaultsTests : IAsyncLifetime
 {
     private TestUpstream _upstream = null!;
     private TernInstance _tern = null!;
@@ -67,6 +68,44 @@ public sealed class UnderscoreHeadersTests : IAsyncLifetime
         await _tern.Logs.WaitForAsync("Configuration reloaded", after: logged);
         received = await Headers(client, ("my_header", "1"));
         Assert.Equal("1", received["my_header"]);
+    }
+
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task UpstreamServerHeader_NotPassedOnByDefault(string version)
+    {
+        using var client = _tern.CreateClient(version: Version.Parse(version));
+        using var response = await client.GetAsync(new Uri("/name", UriKind.Relative));
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal("up", response.Headers.GetValues("X-Upstream").Single()); // the upstream's other headers pass
+        Assert.False(response.Headers.Contains("Server"));
+    }
+
+    /// <summary>A route may set its own; Tern:Forwarding:PassServerHeader passes the upstream's on, and takes effect on reload.</summary>
+    [Fact]
+    public async Task UpstreamServerHeader_RouteMaySetOneAndTheSettingPassesItOn()
+    {
+        using var client = _tern.CreateClient();
+        var config = _tern.Config;
+        config.ReverseProxy["Routes"]!["all"]!["Transforms"] = new JsonArray(new JsonObject { ["ResponseHeader"] = "Server", ["Set"] = "edge" });
+        await _tern.RewriteConfigAsync(config.ToJson());
+        await _tern.Logs.WaitForAsync("Configuration reloaded");
+        using (var response = await client.GetAsync(new Uri("/name", UriKind.Relative)))
+        {
+            Assert.Equal("edge", response.Headers.GetValues("Server").Single());
+        }
+
+        config.ReverseProxy["Routes"]!["all"]!.AsObject().Remove("Transforms");
+        config.Tern["Forwarding"] = new JsonObject { ["PassServerHeader"] = true };
+        var logged = _tern.Logs.Count;
+        await _tern.RewriteConfigAsync(config.ToJson());
+        await _tern.Logs.WaitForAsync("Configuration reloaded", after: logged);
+        using (var response = await client.GetAsync(new Uri("/name", UriKind.Relative)))
+        {
+            Assert.Equal("Kestrel", response.Headers.GetValues("Server").Single()); // the test upstream's
+        }
     }
 
     private static async Task<Dictionary<string, string>> Headers(HttpClient client, params (string Name, string Value)[] headers)
