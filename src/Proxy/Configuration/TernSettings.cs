@@ -46,6 +46,9 @@ public sealed record TernSettings
     /// <summary>Whether the upstream's Server response header reaches the client (nginx's proxy_pass_header Server).</summary>
     public bool PassServerHeader { get; init; }
 
+    /// <summary>Whether an upstream's Location at its own address becomes the client's path (nginx's proxy_redirect default).</summary>
+    public bool RewriteRedirects { get; init; } = true;
+
     public TimeSpan ConnectTimeout { get; init; } = TimeSpan.FromMilliseconds(800);
 
     /// <summary>How long an upstream connection may wait unused in the pool before Tern closes it (.NET's default).</summary>
@@ -87,6 +90,7 @@ public sealed record TernSettings
             TrustedProxies = ReadNetworks(reader, "Tern:Forwarding:TrustedProxies"),
             UnderscoresInHeaders = reader.Bool("Tern:Forwarding:UnderscoresInHeaders", defaults.UnderscoresInHeaders),
             PassServerHeader = reader.Bool("Tern:Forwarding:PassServerHeader", defaults.PassServerHeader),
+            RewriteRedirects = reader.Bool("Tern:Forwarding:RewriteRedirects", defaults.RewriteRedirects),
             ConnectTimeout = reader.Duration("Tern:Forwarding:ConnectTimeout", defaults.ConnectTimeout),
             PooledConnectionIdleTimeout = reader.Duration("Tern:Forwarding:PooledConnectionIdleTimeout", defaults.PooledConnectionIdleTimeout),
             DrainTimeout = reader.Duration("Tern:Shutdown:DrainTimeout", defaults.DrainTimeout),

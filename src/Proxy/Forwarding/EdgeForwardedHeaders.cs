@@ -2,6 +2,7 @@ using System.Net;
 using Microsoft.Extensions.Primitives;
 using Microsoft.Net.Http.Headers;
 using Tern.Proxy.Configuration;
+using Yarp.ReverseProxy.Model;
 using Yarp.ReverseProxy.Transforms;
 using Yarp.ReverseProxy.Transforms.Builder;
 
@@ -14,7 +15,7 @@ namespace Tern.Proxy.Forwarding;
 /// original Host header passed to the upstream unless the route sets RequestHeaderOriginalHost;
 /// Expect answered by Tern, not passed on; headers whose names have underscores not passed on;
 /// the client's own path and query (ClientTarget); and the upstream's Server header kept from
-/// the client.
+/// the client, and its redirects to its own address made the client's.
 /// </summary>
 internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransformProvider
 {
@@ -39,7 +40,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         context.RequestTransforms.Insert(0, new UntrustedForwardedHeaders(active));
         context.RequestTransforms.Insert(0, NoExpectation.Instance);
         context.RequestTransforms.Insert(0, new NoUnderscoreNames(active));
-        context.ResponseTransforms.Insert(0, new NoUpstreamServer(active));
+        context.ResponseTransforms.Insert(0, new UpstreamResponseHeaders(active, ClientPrefix(context.Route.Transforms ?? [])));
 
         // A route with its own X-Forwarded or Forwarded transform has already turned the defaults off.
         if (context.UseDefaultForwarders ?? true)
@@ -166,21 +167,73 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     }
 
     /// <summary>
-    /// The upstream's Server header (Apache/2.4.41 (Ubuntu), say: its software and version) is not
-    /// passed on, as nginx and Envoy do by default, unless Tern:Forwarding:PassServerHeader. Tern
-    /// sends none of its own. First of the response transforms, so that a route may set one.
+    /// The upstream's response headers as nginx passes them by default. Its Server header (its
+    /// software and version, Apache/2.4.41 (Ubuntu), say) is not passed on, as by nginx and Envoy,
+    /// unless Tern:Forwarding:PassServerHeader; Tern sends none of its own. A Location that points at
+    /// the destination's own address (an app that builds redirects from the address it listens on,
+    /// or from the Host it got where a route turns RequestHeaderOriginalHost off) becomes the path
+    /// the client used, as nginx's proxy_redirect default does, unless
+    /// Tern:Forwarding:RewriteRedirects is off: on routes whose path reaches the upstream as the
+    /// client sent it, or with a prefix removed (PathRemovePrefix), which clientPrefix puts back.
+    /// First of the response transforms, so that a route may set its own.
     /// </summary>
-    private sealed class NoUpstreamServer(ActiveConfiguration active) : ResponseTransform
+    private sealed class UpstreamResponseHeaders(ActiveConfiguration active, string? clientPrefix) : ResponseTransform
     {
         public override ValueTask ApplyAsync(ResponseTransformContext context)
         {
-            if (!active.Current.Settings.PassServerHeader)
+            var settings = active.Current.Settings;
+            var headers = context.HttpContext.Response.Headers;
+            if (!settings.PassServerHeader)
             {
-                context.HttpContext.Response.Headers.Remove(HeaderNames.Server);
+                headers.Remove(HeaderNames.Server);
+            }
+
+            if (clientPrefix is not null && settings.RewriteRedirects && headers.Location.Count == 1
+                && context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config.Address is { } address
+                && ClientLocation(headers.Location[0]!, address, clientPrefix) is { } location)
+            {
+                headers.Location = location;
             }
 
             return ValueTask.CompletedTask;
         }
+    }
+
+    /// <summary>
+    /// What the client's path for a Location at the destination's address is (its scheme and host in
+    /// any case), or null for a Location elsewhere: http://10.0.0.5:8080/login from the destination
+    /// http://10.0.0.5:8080/ is /login, or /app/login where the route removed the prefix /app.
+    /// </summary>
+    internal static string? ClientLocation(string location, string address, string clientPrefix)
+    {
+        var origin = address.AsSpan().TrimEnd('/');
+        if (!location.StartsWith(origin, StringComparison.OrdinalIgnoreCase))
+        {
+            return null;
+        }
+
+        var rest = location.AsSpan(origin.Length);
+        if (rest.Length > 0 && rest[0] is not ('/' or '?' or '#'))
+        {
+            return null; // http://10.0.0.5:80801/, another port
+        }
+
+        return string.Concat(clientPrefix, rest.TrimStart('/'));
+    }
+
+    /// <summary>
+    /// The path that stands for the destination's root to the client ("/", or "/app/" on a route that
+    /// removes the prefix /app), or null where the route rewrites the path otherwise.
+    /// </summary>
+    private static string? ClientPrefix(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms)
+    {
+        var paths = transforms.SelectMany(t => t).Where(p => p.Key.StartsWith("Path", StringComparison.OrdinalIgnoreCase)).ToList();
+        return paths switch
+        {
+            [] => "/",
+            [{ Key: var key, Value: var prefix }] when key.Equals("PathRemovePrefix", StringComparison.OrdinalIgnoreCase) => prefix.TrimEnd('/') + "/",
+            _ => null,
+        };
     }
 
     private sealed class ClientForwardedHeaders(ActiveConfiguration active) : RequestTransform

@@ -9,7 +9,8 @@ namespace Tern.Tests.Forwarding;
 /// have an underscore (Tern:Forwarding:UnderscoresInHeaders; CGI, PHP, WSGI and Rack name headers
 /// HTTP_X_FORWARDED_FOR, a dash and an underscore alike, so a client's X_Forwarded_For would arrive
 /// under the name of the header Tern sets), and the upstream's Server response header, which names
-/// its software and version (Tern:Forwarding:PassServerHeader).
+/// its software and version (Tern:Forwarding:PassServerHeader); and a redirect to the upstream's own
+/// address, which becomes the path the client used (Tern:Forwarding:RewriteRedirects).
 /// </summary>
 public sealed class HeaderDefaultsTests : IAsyncLifetime
 {
@@ -19,7 +20,10 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     public async Task InitializeAsync()
     {
         _upstream = await TestUpstream.StartAsync();
-        _tern = await TernInstance.StartAsync(TernConfig.To(Proxy.Tls.TlsEngines.OpenSsl, _upstream));
+        var config = TernConfig.To(Proxy.Tls.TlsEngines.OpenSsl, _upstream)
+            .Route("app", "app", "/app/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/app" }) })
+            .Route("set", "app", "/set/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathSet"] = "/redirect" }) });
+        _tern = await TernInstance.StartAsync(config);
     }
 
     public async Task DisposeAsync()
@@ -106,6 +110,51 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
         {
             Assert.Equal("Kestrel", response.Headers.GetValues("Server").Single()); // the test upstream's
         }
+    }
+
+    [Theory]
+    [InlineData("/redirect", "{self}login?next=%2Fa", "/login?next=%2Fa")]
+    [InlineData("/redirect", "{self}", "/")]
+    [InlineData("/redirect", "{SELF}x", "/x")] // scheme and host in any case
+    [InlineData("/redirect", "{self-no-slash}?q=1", "/?q=1")]
+    [InlineData("/app/redirect", "{self}login", "/app/login")] // the prefix the route removed, put back
+    [InlineData("/redirect", "https://elsewhere.test/login", "https://elsewhere.test/login")] // another site
+    [InlineData("/redirect", "/relative", "/relative")]
+    [InlineData("/set/x", "{self}login", "{self}login")] // a route that rewrites the path otherwise: left alone
+    public async Task RedirectToTheUpstreamsOwnAddress_BecomesTheClientsPath(string path, string location, string expected)
+    {
+        var self = _upstream.Address.ToString(); // http://127.0.0.1:port/
+        string Fill(string s) => s.Replace("{self}", self, StringComparison.Ordinal).Replace("{SELF}", self.ToUpperInvariant(), StringComparison.Ordinal)
+            .Replace("{self-no-slash}", self.TrimEnd('/'), StringComparison.Ordinal);
+
+        using var client = _tern.CreateClient();
+        using var response = await client.GetAsync(new Uri($"{path}?to={Uri.EscapeDataString(Fill(location))}", UriKind.Relative));
+
+        Assert.Equal(HttpStatusCode.Found, response.StatusCode);
+        Assert.Equal(Fill(expected), response.Headers.Location!.OriginalString);
+    }
+
+    [Theory]
+    [InlineData("http://10.0.0.5:8080/login", "http://10.0.0.5:8080/", "/", "/login")]
+    [InlineData("http://10.0.0.5:8080/base/login", "http://10.0.0.5:8080/base", "/app/", "/app/login")] // a destination with a path
+    [InlineData("http://10.0.0.5:80801/login", "http://10.0.0.5:8080/", "/", null)] // another port
+    [InlineData("http://10.0.0.5:8080/basement", "http://10.0.0.5:8080/base", "/", null)] // another path
+    [InlineData("http://10.0.0.5:8080#top", "http://10.0.0.5:8080", "/", "/#top")]
+    public void ClientLocation_OnlyAtTheDestinationsAddress(string location, string address, string prefix, string? expected) =>
+        Assert.Equal(expected, Proxy.Forwarding.EdgeForwardedHeaders.ClientLocation(location, address, prefix));
+
+    [Fact]
+    public async Task RedirectToTheUpstreamsOwnAddress_LeftAloneWhenRewriteRedirectsIsOff()
+    {
+        var config = _tern.Config;
+        config.Tern["Forwarding"] = new JsonObject { ["RewriteRedirects"] = false };
+        await _tern.RewriteConfigAsync(config.ToJson());
+        await _tern.Logs.WaitForAsync("Configuration reloaded");
+
+        var self = $"{_upstream.Address}login";
+        using var client = _tern.CreateClient();
+        using var response = await client.GetAsync(new Uri($"/redirect?to={Uri.EscapeDataString(self)}", UriKind.Relative));
+        Assert.Equal(self, response.Headers.Location!.OriginalString);
     }
 
     private static async Task<Dictionary<string, string>> Headers(HttpClient client, params (string Name, string Value)[] headers)

@@ -122,6 +122,12 @@ public sealed class TestUpstream : IAsyncDisposable
         app.MapGet("/bytes/{length:int}", (int length) => Results.Bytes(Pattern(length), "application/octet-stream"));
         app.MapGet("/headers", (HttpContext context) => Results.Json(context.Request.Headers.ToDictionary(h => h.Key, h => h.Value.ToString())));
         app.MapGet("/name", () => name);
+        // A redirect to ?to=, as given (an absolute URL at the upstream's own address, say).
+        app.MapGet("/redirect", (HttpContext context) =>
+        {
+            context.Response.StatusCode = StatusCodes.Status302Found;
+            context.Response.Headers.Location = context.Request.Query["to"];
+        });
         app.MapGet("/slow/{milliseconds:int}", async (int milliseconds, HttpContext context) =>
         {
             await Task.Delay(milliseconds, context.RequestAborted);
