@@ -18,6 +18,9 @@ internal static partial class ReverseProxyValidator
     /// <summary>Route metadata key that lets a route answer on the plain-HTTP listener instead of redirecting.</summary>
     public const string AllowPlainHttpMetadata = "Tern.AllowPlainHttp";
 
+    /// <summary>Cluster metadata key for the idle timeout of that cluster's pooled connections (instead of Tern:Forwarding:PooledConnectionIdleTimeout).</summary>
+    public const string PooledConnectionIdleTimeoutMetadata = "Tern.PooledConnectionIdleTimeout";
+
     /// <param name="configuration">The whole configuration.</param>
     /// <param name="values">The section's values (ReverseProxy:... keys), listed once by the caller: listing a large section costs.</param>
     /// <param name="problems">Where each problem goes.</param>
@@ -64,6 +67,11 @@ internal static partial class ReverseProxyValidator
                 {
                     problems.Add(new($"{destination.Path}:Address", $"'{address}' is not an absolute http:// or https:// URL"));
                 }
+            }
+
+            if (cluster[$"Metadata:{PooledConnectionIdleTimeoutMetadata}"] is { } idle && SettingReader.ParseDuration(idle).Problem is { } idleProblem)
+            {
+                problems.Add(new($"{cluster.Path}:Metadata:{PooledConnectionIdleTimeoutMetadata}", idleProblem));
             }
 
             // Tern passes header bytes unchanged (Forwarding.HeaderBytes); a decoding of its own

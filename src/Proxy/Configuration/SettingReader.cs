@@ -97,6 +97,19 @@ internal sealed class SettingReader(IConfiguration configuration)
             return fallback;
         }
 
+        var (value, problem) = ParseDuration(text);
+        if (problem is not null)
+        {
+            Add(key, problem);
+            return fallback;
+        }
+
+        return value;
+    }
+
+    /// <summary>The duration <see cref="Duration"/> reads from text, or the problem with it.</summary>
+    public static (TimeSpan Value, string? Problem) ParseDuration(string text)
+    {
         TimeSpan value;
         if (double.TryParse(text, NumberStyles.Float, CultureInfo.InvariantCulture, out var seconds) && seconds > 0)
         {
@@ -104,23 +117,20 @@ internal sealed class SettingReader(IConfiguration configuration)
         }
         else if (!TimeSpan.TryParse(text, CultureInfo.InvariantCulture, out value) || value <= TimeSpan.Zero)
         {
-            Add(key, $"'{text}' is not a positive duration (hh:mm:ss, e.g. 00:00:30)");
-            return fallback;
+            return (default, $"'{text}' is not a positive duration (hh:mm:ss, e.g. 00:00:30)");
         }
 
         if (value < MinDuration)
         {
-            Add(key, $"'{text}' is shorter than the minimum of {MinDuration.TotalMilliseconds:0} ms");
-            return fallback;
+            return (default, $"'{text}' is shorter than the minimum of {MinDuration.TotalMilliseconds:0} ms");
         }
 
         if (value > MaxDuration)
         {
-            Add(key, $"'{text}' is longer than the maximum of {MaxDuration:c}");
-            return fallback;
+            return (default, $"'{text}' is longer than the maximum of {MaxDuration:c}");
         }
 
-        return value;
+        return (value, null);
     }
 
     /// <summary>

@@ -8,7 +8,8 @@ namespace Tern.Tests.Forwarding;
 /// <summary>
 /// Tern:Forwarding:PooledConnectionIdleTimeout: an upstream connection is reused while requests
 /// come, and closed by Tern once it has waited unused that long, so that Tern does not hold it (and
-/// its descriptor) past the upstream's own keep-alive. Pooling does not depend on the TLS engine:
+/// its descriptor) past the upstream's own keep-alive; a cluster's metadata
+/// Tern.PooledConnectionIdleTimeout sets its own. Pooling does not depend on the TLS engine:
 /// default engine only.
 /// </summary>
 public sealed class UpstreamPoolTests
@@ -38,6 +39,32 @@ public sealed class UpstreamPoolTests
         // The next request opens a new connection.
         Assert.Equal("ok 1", await client.GetStringAsync("/c"));
         Assert.Equal(2, upstream.Connections);
+    }
+
+    /// <summary>
+    /// A cluster of an upstream with a short keep-alive (gunicorn's 2 s) gets a short idle timeout of
+    /// its own, the others keep Tern's; set by a reload, the next request gets a new client.
+    /// </summary>
+    [Fact]
+    public async Task ClustersOwnIdleTimeout_SetByAReload_ClosesItsConnection()
+    {
+        using var upstream = new CountingUpstream();
+        var config = new TernConfig(Proxy.Tls.TlsEngines.OpenSsl).Route("all", "app", "{**catch-all}").Cluster("app", [upstream.Address]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+        Assert.Equal("ok 1", await client.GetStringAsync("/a")); // a connection in the pool of the client made at start (Tern's minute)
+
+        ((System.Text.Json.Nodes.JsonObject)config.ReverseProxy["Clusters"]!["app"]!)["Metadata"] = new System.Text.Json.Nodes.JsonObject { ["Tern.PooledConnectionIdleTimeout"] = "00:00:01" };
+        await tern.RewriteConfigAsync(config.ToJson());
+        await tern.Logs.WaitForAsync("Configuration reloaded");
+
+        // The cluster's new client opens a connection of its own and closes it after a second unused
+        // (1-2 s, as above); the first one waits out its minute in the old client's pool.
+        Assert.Equal("ok 1", await client.GetStringAsync("/b"));
+        Assert.Equal(2, upstream.Connections);
+        var watch = Stopwatch.StartNew();
+        Assert.Equal(1, await upstream.Closed.Task.WaitAsync(TimeSpan.FromSeconds(15)));
+        Assert.True(watch.Elapsed >= TimeSpan.FromSeconds(0.5), $"closed after {watch.Elapsed}, before the idle timeout");
     }
 
     /// <summary>
