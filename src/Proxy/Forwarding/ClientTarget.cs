@@ -6,7 +6,8 @@ namespace Tern.Proxy.Forwarding;
 
 /// <summary>
 /// The upstream gets the request's path and query as the client wrote them, as through nginx,
-/// on routes that do not rewrite the path or query.
+/// on routes that do not rewrite the path or query, or only remove a prefix from the path
+/// (PathRemovePrefix: /npm/@scope%2Fname reaches the upstream as /@scope%2Fname).
 /// </summary>
 /// <remarks>
 /// <para>
@@ -24,12 +25,13 @@ namespace Tern.Proxy.Forwarding;
 /// resolves before routing; any other request gets YARP's target, as before, so that the upstream
 /// never resolves a path to somewhere other than where Tern routed it. The target is not parsed
 /// again on the way (<see cref="UriCreationOptions.DangerousDisablePathAndQueryCanonicalization"/>):
-/// .NET would otherwise unescape some of it.
+/// .NET would otherwise unescape some of it. A removed prefix is removed from the client's target
+/// when the target starts with it as written (in any case, as YARP compares it), and is followed by
+/// a '/', a '?' or nothing; a prefix written with escapes (<c>/n%70m</c>) leaves YARP's target.
 /// </para>
 /// </remarks>
-internal sealed class ClientTarget : RequestTransform
+internal sealed class ClientTarget(string removedPrefix) : RequestTransform
 {
-    public static readonly ClientTarget Instance = new();
 
     // RFC 3986: unreserved, reserved (gen-delims without '#', sub-delims) and '%'.
     private static readonly SearchValues<char> s_uriChars =
@@ -37,14 +39,33 @@ internal sealed class ClientTarget : RequestTransform
 
     private static readonly UriCreationOptions s_asWritten = new() { DangerousDisablePathAndQueryCanonicalization = true };
 
-    /// <summary>Whether a route's transforms leave the path and query alone (YARP's Path* and Query* transforms rewrite them).</summary>
-    public static bool AppliesTo(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
-        !transforms.Any(t => t.Keys.Any(k => k.StartsWith("Path", StringComparison.OrdinalIgnoreCase) || k.StartsWith("Query", StringComparison.OrdinalIgnoreCase)));
+    /// <summary>
+    /// Whether a route's path reaches the upstream as the client's, but for a prefix it removes ("" for
+    /// none): true for routes without YARP's Path* transforms, or with only PathRemovePrefix.
+    /// </summary>
+    public static bool KeepsPath(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, out string removedPrefix)
+    {
+        var paths = transforms.SelectMany(t => t).Where(p => p.Key.StartsWith("Path", StringComparison.OrdinalIgnoreCase)).ToList();
+        (var keeps, removedPrefix) = paths switch
+        {
+            [] => (true, ""),
+            [{ Key: var key, Value: var prefix }] when key.Equals("PathRemovePrefix", StringComparison.OrdinalIgnoreCase) && !prefix.Contains('%', StringComparison.Ordinal) => (true, prefix),
+            _ => (false, ""),
+        };
+        return keeps;
+    }
+
+    /// <summary>The transform for a route, or null where it rewrites the path otherwise, or the query (YARP's Query* transforms).</summary>
+    public static ClientTarget? For(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
+        KeepsPath(transforms, out var removedPrefix) && !transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase)))
+            ? new ClientTarget(removedPrefix)
+            : null;
 
     public override ValueTask ApplyAsync(RequestTransformContext context)
     {
         var target = context.HttpContext.Features.Get<IHttpRequestFeature>()?.RawTarget;
-        if (target is { Length: > 0 } && target[0] == '/' && !context.HttpContext.Request.PathBase.HasValue && AsWritten(target))
+        if (target is { Length: > 0 } && target[0] == '/' && !context.HttpContext.Request.PathBase.HasValue && AsWritten(target)
+            && WithoutPrefix(target, removedPrefix) is { } rest)
         {
             var prefix = context.DestinationPrefix.AsSpan();
             if (prefix.EndsWith('/'))
@@ -52,10 +73,23 @@ internal sealed class ClientTarget : RequestTransform
                 prefix = prefix[..^1];
             }
 
-            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, target), in s_asWritten);
+            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, rest.Length == 0 || rest[0] == '?' ? "/" : "", rest), in s_asWritten);
         }
 
         return ValueTask.CompletedTask;
+    }
+
+    /// <summary>The target without the removed prefix, or null where it does not start with it as a whole segment.</summary>
+    private static string? WithoutPrefix(string target, string prefix)
+    {
+        if (prefix.Length == 0)
+        {
+            return target;
+        }
+
+        return target.StartsWith(prefix, StringComparison.OrdinalIgnoreCase) && (target.Length == prefix.Length || target[prefix.Length] is '/' or '?')
+            ? target[prefix.Length..]
+            : null;
     }
 
     /// <summary>Whether the target can go as written: URI characters only, and no dot segment in its path.</summary>

@@ -40,7 +40,9 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         context.RequestTransforms.Insert(0, new UntrustedForwardedHeaders(active));
         context.RequestTransforms.Insert(0, NoExpectation.Instance);
         context.RequestTransforms.Insert(0, new NoUnderscoreNames(active));
-        context.ResponseTransforms.Insert(0, new UpstreamResponseHeaders(active, ClientPrefix(context.Route.Transforms ?? [])));
+        var transforms = context.Route.Transforms ?? [];
+        var clientPrefix = ClientTarget.KeepsPath(transforms, out var removedPrefix) ? removedPrefix.TrimEnd('/') + "/" : null;
+        context.ResponseTransforms.Insert(0, new UpstreamResponseHeaders(active, clientPrefix));
 
         // A route with its own X-Forwarded or Forwarded transform has already turned the defaults off.
         if (context.UseDefaultForwarders ?? true)
@@ -49,16 +51,15 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             context.RequestTransforms.Add(new ClientForwardedHeaders(active));
         }
 
-        var transforms = context.Route.Transforms ?? [];
         if (!transforms.Any(t => t.ContainsKey("RequestHeaderOriginalHost")))
         {
             context.AddOriginalHost(true);
         }
 
         // Last, after any transform that could change the path or query.
-        if (ClientTarget.AppliesTo(transforms))
+        if (ClientTarget.For(transforms) is { } clientTarget)
         {
-            context.RequestTransforms.Add(ClientTarget.Instance);
+            context.RequestTransforms.Add(clientTarget);
         }
     }
 
@@ -219,21 +220,6 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         }
 
         return string.Concat(clientPrefix, rest.TrimStart('/'));
-    }
-
-    /// <summary>
-    /// The path that stands for the destination's root to the client ("/", or "/app/" on a route that
-    /// removes the prefix /app), or null where the route rewrites the path otherwise.
-    /// </summary>
-    private static string? ClientPrefix(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms)
-    {
-        var paths = transforms.SelectMany(t => t).Where(p => p.Key.StartsWith("Path", StringComparison.OrdinalIgnoreCase)).ToList();
-        return paths switch
-        {
-            [] => "/",
-            [{ Key: var key, Value: var prefix }] when key.Equals("PathRemovePrefix", StringComparison.OrdinalIgnoreCase) => prefix.TrimEnd('/') + "/",
-            _ => null,
-        };
     }
 
     private sealed class ClientForwardedHeaders(ActiveConfiguration active) : RequestTransform

@@ -33,7 +33,8 @@ public sealed class SmugglingTests : IAsyncLifetime
         _tern = await TernInstance.StartAsync(new TernConfig(Proxy.Tls.TlsEngines.OpenSsl)
             .Route("all", "app", "{**catch-all}").Cluster("app", [_upstream.Address])
             .Route("responses", "responses", "/r/{**rest}").Cluster("responses", [_responder.Address])
-            .Route("stripped", "app", "/strip/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/strip" }) }));
+            .Route("stripped", "app", "/strip/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/strip" }) })
+            .Route("set", "app", "/set/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathSet"] = "/fixed" }) }));
     }
 
     public async Task DisposeAsync()
@@ -262,7 +263,8 @@ public sealed class SmugglingTests : IAsyncLifetime
     /// The upstream gets the path and query as the client wrote them (ClientTarget), as through
     /// nginx: before, <c>%2F</c> arrived as <c>%252F</c> and <c>%3B</c> as <c>;</c>. Where Kestrel
     /// resolved dot segments before routing, or the target holds what a URI may not, the upstream
-    /// gets the path Tern routed on, as YARP writes it; so does a route that rewrites the path.
+    /// gets the path Tern routed on, as YARP writes it; so does a route that rewrites the path other
+    /// than by removing a prefix.
     /// </summary>
     [Theory]
     [InlineData("/a%2Fb", "/a%2Fb")]
@@ -273,7 +275,11 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("/a/%2e%2E/b%2F", "/b%252F")] // a dot segment: Kestrel's path, escaped by YARP
     [InlineData("/a/./b", "/a/b")]
     [InlineData("/q?x=<>", "/q?x=%3C%3E")] // not URI characters: YARP's escaping
-    [InlineData("/strip/a%2Fb", "/a%252Fb")] // a route that rewrites the path: YARP's target
+    [InlineData("/strip/a%2Fb", "/a%2Fb")] // a route that removes a prefix: the rest as written
+    [InlineData("/STRIP/a%3Bb?x=%2F", "/a%3Bb?x=%2F")] // the prefix in any case, as YARP removes it
+    [InlineData("/strip?x=%2F", "/?x=%2F")]
+    [InlineData("/str%69p/a%2Fb", "/a%252Fb")] // the prefix written with escapes: YARP's target
+    [InlineData("/set/a%2Fb", "/fixed")] // a route that rewrites the path otherwise: YARP's target
     public async Task Request_Target_ReachesTheUpstreamAsTheClientWroteIt(string target, string forwarded)
     {
         foreach (var http2 in new[] { false, true })
