@@ -32,7 +32,7 @@ public sealed class UpstreamPoolTests
         // for idle connections about once a second, so this takes 1-2 s; 15 s leaves room for a loaded
         // machine and still rules out the one-minute default.
         var watch = Stopwatch.StartNew();
-        var closed = await upstream.Closed.Task.WaitAsync(TimeSpan.FromSeconds(15));
+        var closed = await upstream.Closed(1).WaitAsync(TimeSpan.FromSeconds(15));
         Assert.Equal(2, closed);
         Assert.True(watch.Elapsed >= TimeSpan.FromSeconds(0.5), $"closed after {watch.Elapsed}, before the idle timeout");
 
@@ -59,18 +59,19 @@ public sealed class UpstreamPoolTests
         await tern.Logs.WaitForAsync("Configuration reloaded");
 
         // The cluster's new client opens a connection of its own and closes it after a second unused
-        // (1-2 s, as above); the first one waits out its minute in the old client's pool.
+        // (1-2 s, as above). The first one is the old client's: it waits out its minute, or goes
+        // when that client is collected.
         Assert.Equal("ok 1", await client.GetStringAsync("/b"));
         Assert.Equal(2, upstream.Connections);
         var watch = Stopwatch.StartNew();
-        Assert.Equal(1, await upstream.Closed.Task.WaitAsync(TimeSpan.FromSeconds(15)));
+        Assert.Equal(1, await upstream.Closed(2).WaitAsync(TimeSpan.FromSeconds(15)));
         Assert.True(watch.Elapsed >= TimeSpan.FromSeconds(0.5), $"closed after {watch.Elapsed}, before the idle timeout");
     }
 
     /// <summary>
     /// An HTTP/1.1 upstream that answers each request on a connection with "ok N" (N counting that
-    /// connection's requests), counts connections, and completes <see cref="Closed"/> with the
-    /// number of requests served when the first connection is closed by Tern.
+    /// connection's requests), counts connections, and tells when Tern closes each
+    /// (<see cref="Closed"/>: the number of requests served on it).
     /// </summary>
     private sealed class CountingUpstream : IDisposable
     {
@@ -83,14 +84,19 @@ public sealed class UpstreamPoolTests
 
         public int Connections => Volatile.Read(ref _connections);
 
-        public TaskCompletionSource<int> Closed { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+        private readonly System.Collections.Concurrent.ConcurrentDictionary<int, TaskCompletionSource<int>> _closed = new();
+
+        /// <summary>The requests served on the connection'th connection (from 1) when Tern closed it; fails if it was reset.</summary>
+        public Task<int> Closed(int connection) => Close(connection).Task;
+
+        private TaskCompletionSource<int> Close(int connection) => _closed.GetOrAdd(connection, _ => new(TaskCreationOptions.RunContinuationsAsynchronously));
 
         public void Dispose() => _raw.Dispose();
 
         private async Task ServeAsync(TcpClient client, CancellationToken stop)
         {
             using var _ = client;
-            Interlocked.Increment(ref _connections);
+            var closed = Close(Interlocked.Increment(ref _connections));
             var stream = client.GetStream();
             var buffer = new byte[16 * 1024];
             var head = new StringBuilder();
@@ -102,7 +108,7 @@ public sealed class UpstreamPoolTests
                     var read = await stream.ReadAsync(buffer, stop);
                     if (read == 0)
                     {
-                        Closed.TrySetResult(served);
+                        closed.TrySetResult(served);
                         return;
                     }
 
@@ -117,7 +123,7 @@ public sealed class UpstreamPoolTests
             }
             catch (Exception e) when (e is IOException or OperationCanceledException)
             {
-                Closed.TrySetException(e);
+                closed.TrySetException(e);
             }
         }
     }
