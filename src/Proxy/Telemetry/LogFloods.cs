@@ -25,6 +25,10 @@ namespace Tern.Proxy.Telemetry;
 /// send them as fast as it likes; a second's first <see cref="RequestLinesPerSecond"/> of each event
 /// are written. The metrics count every request.
 /// </para>
+/// <para>
+/// The OTLP exporter's problems (<see cref="OtlpExportLog"/>): a collector that cannot be reached
+/// fails every export interval; one line per minute.
+/// </para>
 /// </remarks>
 internal sealed class LogFloods : ILoggerFactory
 {
@@ -37,6 +41,11 @@ internal sealed class LogFloods : ILoggerFactory
 
     public const int RequestLinesPerSecond = 10;
 
+    public const string Telemetry = "Tern.Proxy.Telemetry";
+
+    /// <summary>OtlpExportLog's event: the exporter's problems, once per export interval.</summary>
+    public const int OtlpExport = 500;
+
     private readonly ILoggerFactory _inner;
     private readonly Rule[] _rules;
     private readonly Lock _lock = new();
@@ -48,6 +57,7 @@ internal sealed class LogFloods : ILoggerFactory
     /// <param name="requestWindow">The window of Tern's per-request lines (1 s; shorter in tests).</param>
     public LogFloods(ILoggerFactory inner, TimeSpan? kestrelWindow = null, TimeSpan? requestWindow = null)
     {
+        const long otlpMs = 60_000;
         _inner = inner;
         var kestrelMs = (long)(kestrelWindow ?? TimeSpan.FromSeconds(10)).TotalMilliseconds;
         var requestMs = (long)(requestWindow ?? TimeSpan.FromSeconds(1)).TotalMilliseconds;
@@ -58,6 +68,8 @@ internal sealed class LogFloods : ILoggerFactory
                 (_, n) => $"Kestrel's line for an HTTP/2 flood (event 60) came {n} more time{(n == 1 ? "" : "s")} in the {Seconds(kestrelMs)} s after the last one written, and was left out."),
             new(Forwarding, 300, 399, RequestLinesPerSecond, requestMs, null, null,
                 (id, n) => $"Event {id} came {n} more time{(n == 1 ? "" : "s")} within {Seconds(requestMs)} s of its first line, beyond the {RequestLinesPerSecond} written, and was left out (Tern writes at most {RequestLinesPerSecond} lines of each per-request event per {Seconds(requestMs)} s; the metrics count every request)."),
+            new(Telemetry, OtlpExport, OtlpExport, 1, otlpMs, null, null,
+                (_, n) => $"The OTLP exporter reported {n} more problem{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last one written, left out."),
         ];
     }
 

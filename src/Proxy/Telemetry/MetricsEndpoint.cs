@@ -1,6 +1,7 @@
 using Microsoft.AspNetCore.Http;
 using OpenTelemetry;
 using OpenTelemetry.Metrics;
+using OpenTelemetry.Resources;
 using Tern.Proxy.Configuration;
 using Tern.Proxy.Tls;
 
@@ -8,7 +9,8 @@ namespace Tern.Proxy.Telemetry;
 
 /// <summary>
 /// Tern's meters and the platform's, collected by OpenTelemetry and served for Prometheus at
-/// /metrics on the management port.
+/// /metrics on the management port; also pushed over OTLP where OpenTelemetry's standard
+/// variable names a collector (<see cref="OtlpEndpointVariable"/>).
 /// </summary>
 internal sealed class MetricsEndpoint : IDisposable
 {
@@ -38,12 +40,21 @@ internal sealed class MetricsEndpoint : IDisposable
         "http.client.request.time_in_queue",
     ];
 
+    /// <summary>
+    /// The variable that turns the OTLP export on, as OpenTelemetry's SDKs read it (the OpenTelemetry
+    /// Operator sets it in a pod it instruments). The exporter reads the rest itself:
+    /// OTEL_EXPORTER_OTLP_PROTOCOL (grpc, the default, or http/protobuf), _HEADERS, _TIMEOUT and
+    /// OTEL_METRIC_EXPORT_INTERVAL (60 s). (It does not read OTEL_EXPORTER_OTLP_METRICS_ENDPOINT.)
+    /// </summary>
+    public const string OtlpEndpointVariable = "OTEL_EXPORTER_OTLP_ENDPOINT";
+
     private readonly PrometheusTextExporter _exporter = new();
     private readonly BaseExportingMetricReader _reader;
     private readonly MeterProvider _provider;
     private readonly Lock _scrape = new();
+    private readonly OtlpExportLog? _otlpLog;
 
-    public MetricsEndpoint(ActiveConfiguration active)
+    public MetricsEndpoint(ActiveConfiguration active, ILoggerFactory loggers)
     {
         _reader = new BaseExportingMetricReader(_exporter);
         var builder = Sdk.CreateMeterProviderBuilder().AddMeter(Meters).AddReader(_reader);
@@ -53,6 +64,17 @@ internal sealed class MetricsEndpoint : IDisposable
             foreach (var name in InFlightInstruments)
             {
                 builder.AddView(name, MetricStreamConfiguration.Drop);
+            }
+        }
+
+        // Every instrument is then recorded for both readers: measured, see README (Metrics).
+        if (!string.IsNullOrEmpty(Environment.GetEnvironmentVariable(OtlpEndpointVariable)))
+        {
+            _otlpLog = new OtlpExportLog(loggers.CreateLogger(LogFloods.Telemetry));
+            builder.AddOtlpExporter();
+            if (string.IsNullOrEmpty(Environment.GetEnvironmentVariable("OTEL_SERVICE_NAME")))
+            {
+                builder.ConfigureResource(r => r.AddService("tern")); // not unknown_service:Tern.Proxy
             }
         }
 
@@ -71,5 +93,9 @@ internal sealed class MetricsEndpoint : IDisposable
         return context.Response.WriteAsync(text);
     }
 
-    public void Dispose() => _provider.Dispose();
+    public void Dispose()
+    {
+        _provider.Dispose();
+        _otlpLog?.Dispose();
+    }
 }
