@@ -32,7 +32,6 @@ namespace Tern.Proxy.Forwarding;
 /// </remarks>
 internal sealed class ClientTarget(string removedPrefix) : RequestTransform
 {
-
     // RFC 3986: unreserved, reserved (gen-delims without '#', sub-delims) and '%'.
     private static readonly SearchValues<char> s_uriChars =
         SearchValues.Create("!$%&'()*+,-./0123456789:;=?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]_abcdefghijklmnopqrstuvwxyz~");
