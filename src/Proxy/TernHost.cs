@@ -276,6 +276,7 @@ public static class TernHost
         builder.Services.AddSingleton<Yarp.ReverseProxy.Configuration.IConfigChangeListener>(s => s.GetRequiredService<ProxyConfigOutcome>());
         builder.Services.AddSingleton<TlsMetrics>();
         builder.Services.AddSingleton<Telemetry.MetricsEndpoint>();
+        builder.Services.AddSingleton<Telemetry.TraceExport>();
         builder.Services.AddHostedService<ConfigurationReloader>();
         builder.Services.Configure<HostOptions>(o => o.ShutdownTimeout = settings.DrainTimeout);
         builder.Services.AddReverseProxy()
@@ -351,6 +352,7 @@ public static class TernHost
         // Listen from the start, so that /metrics counts everything since then; the certificates'
         // expiry is reported with either engine.
         app.Services.GetRequiredService<Telemetry.MetricsEndpoint>();
+        app.Services.GetRequiredService<Telemetry.TraceExport>();
         app.Services.GetRequiredService<TlsMetrics>();
         LogStart(app, snapshot);
         return app;
@@ -358,6 +360,11 @@ public static class TernHost
 
     private static void ConfigurePipeline(WebApplication app, TernSettings settings)
     {
+        if (app.Services.GetRequiredService<Telemetry.TraceExport>().Exporting)
+        {
+            app.Use((context, next) => Telemetry.TraceExport.CompleteServerSpanAsync(context, next, settings.ManagementPort));
+        }
+
         // Management and demo listeners are told apart by the local port the connection arrived
         // on, never by the Host header, which a client controls.
         app.MapWhen(c => c.Connection.LocalPort == settings.ManagementPort, m => m.Run(ManagementEndpoints.HandleAsync));

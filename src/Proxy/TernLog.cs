@@ -93,8 +93,11 @@ internal static partial class TernLog
     [LoggerMessage(309, LogLevel.Debug, "{Method} {Path}: request headers {Names} not forwarded: their names have underscores (Tern:Forwarding:UnderscoresInHeaders)")]
     public static partial void UnderscoreHeadersDropped(ILogger logger, string method, string path, string names);
 
-    [LoggerMessage(500, LogLevel.Warning, "OTLP metrics export (OTEL_EXPORTER_OTLP_ENDPOINT): {Message}")]
+    [LoggerMessage(500, LogLevel.Warning, "OTLP export (OTEL_EXPORTER_OTLP_ENDPOINT): {Message}")]
     public static partial void OtlpExportProblem(ILogger logger, string message);
+
+    [LoggerMessage(501, LogLevel.Warning, "{Variable}={Value} not used: {Consequence}")]
+    public static partial void OtlpSettingIgnored(ILogger logger, string variable, string value, string consequence);
 
     [LoggerMessage(400, LogLevel.Information, "Tern listening: HTTPS {HttpsPort}, HTTP {HttpPort} (redirects to HTTPS {RedirectPort}), management {ManagementPort}")]
     public static partial void Listening(ILogger logger, int httpsPort, int httpPort, int redirectPort, int managementPort);

@@ -10,7 +10,7 @@ namespace Tern.Proxy.Telemetry;
 /// <summary>
 /// Tern's meters and the platform's, collected by OpenTelemetry and served for Prometheus at
 /// /metrics on the management port; also pushed over OTLP where OpenTelemetry's standard
-/// variable names a collector (<see cref="OtlpEndpointVariable"/>).
+/// variables name a collector (<see cref="Otlp"/>).
 /// </summary>
 internal sealed class MetricsEndpoint : IDisposable
 {
@@ -40,14 +40,6 @@ internal sealed class MetricsEndpoint : IDisposable
         "http.client.request.time_in_queue",
     ];
 
-    /// <summary>
-    /// The variable that turns the OTLP export on, as OpenTelemetry's SDKs read it (the OpenTelemetry
-    /// Operator sets it in a pod it instruments). The exporter reads the rest itself:
-    /// OTEL_EXPORTER_OTLP_PROTOCOL (grpc, the default, or http/protobuf), _HEADERS, _TIMEOUT and
-    /// OTEL_METRIC_EXPORT_INTERVAL (60 s). (It does not read OTEL_EXPORTER_OTLP_METRICS_ENDPOINT.)
-    /// </summary>
-    public const string OtlpEndpointVariable = "OTEL_EXPORTER_OTLP_ENDPOINT";
-
     private readonly PrometheusTextExporter _exporter = new();
     private readonly BaseExportingMetricReader _reader;
     private readonly MeterProvider _provider;
@@ -56,6 +48,7 @@ internal sealed class MetricsEndpoint : IDisposable
 
     public MetricsEndpoint(ActiveConfiguration active, ILoggerFactory loggers)
     {
+        var logger = loggers.CreateLogger(LogFloods.Telemetry);
         _reader = new BaseExportingMetricReader(_exporter);
         var builder = Sdk.CreateMeterProviderBuilder().AddMeter(Meters).AddReader(_reader);
         if (!active.Bound.MetricsInFlight)
@@ -67,15 +60,16 @@ internal sealed class MetricsEndpoint : IDisposable
             }
         }
 
-        // Every instrument is then recorded for both readers: measured, see README (Metrics).
-        if (!string.IsNullOrEmpty(Environment.GetEnvironmentVariable(OtlpEndpointVariable)))
+        if (!string.IsNullOrEmpty(Environment.GetEnvironmentVariable(Otlp.EndpointVariable)))
         {
-            _otlpLog = new OtlpExportLog(loggers.CreateLogger(LogFloods.Telemetry));
-            builder.AddOtlpExporter();
-            if (string.IsNullOrEmpty(Environment.GetEnvironmentVariable("OTEL_SERVICE_NAME")))
-            {
-                builder.ConfigureResource(r => r.AddService("tern")); // not unknown_service:Tern.Proxy
-            }
+            // The exporter's problems, with metrics or traces, are logged whatever is exported.
+            _otlpLog = new OtlpExportLog(logger);
+        }
+
+        // Every instrument is then recorded for both readers: measured, see README (Metrics).
+        if (Otlp.Exports(Otlp.MetricsExporterVariable, byDefault: true, logger))
+        {
+            builder.AddOtlpExporter().ConfigureResource(Otlp.NameService);
         }
 
         _provider = builder.Build();

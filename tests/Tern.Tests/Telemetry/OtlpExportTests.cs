@@ -2,6 +2,7 @@ using System.Collections.Concurrent;
 using System.Globalization;
 using System.Net;
 using System.Text;
+using System.Text.Json;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.AspNetCore.Hosting.Server;
@@ -14,46 +15,130 @@ namespace Tern.Tests.Telemetry;
 
 /// <summary>
 /// Where OpenTelemetry's standard variables name a collector (OTEL_EXPORTER_OTLP_ENDPOINT), the
-/// real proxy pushes its metrics there over OTLP, as well as serving /metrics.
+/// real proxy pushes its metrics there over OTLP, as well as serving /metrics, and its traces
+/// where OTEL_TRACES_EXPORTER=otlp asks for them.
 /// </summary>
 public sealed class OtlpExportTests
 {
+    /// <summary>
+    /// The endpoint alone pushes the metrics, not the traces (OTEL_TRACES_EXPORTER=otlp asks for
+    /// them): no span is made, and a client's traceparent reaches the upstream as it was sent.
+    /// </summary>
     [Fact]
-    public async Task OtlpEndpointSet_TernsAndThePlatformsMetricsArePushed()
+    public async Task OtlpEndpointSet_TernsAndThePlatformsMetricsArePushed_NoTraces()
     {
-        var exports = new ConcurrentQueue<(string? ContentType, string Body)>();
-        var builder = WebApplication.CreateSlimBuilder();
-        builder.Logging.ClearProviders();
-        builder.WebHost.UseKestrel(k => k.Listen(IPAddress.Loopback, 0));
-        await using var collector = builder.Build();
-        collector.MapPost("/v1/metrics", async context =>
-        {
-            using var body = new MemoryStream();
-            await context.Request.Body.CopyToAsync(body);
-            exports.Enqueue((context.Request.ContentType, Encoding.Latin1.GetString(body.ToArray()))); // protobuf: names are plain bytes
-        });
-        await collector.StartAsync();
-        var address = collector.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.Single();
-
-        var (environment, https, management) = ExportingTo(address);
+        await using var collector = await Collector.StartAsync();
+        var (environment, https, management) = ExportingTo(collector.Address);
         await using var tern = TernProcess.Start(environment);
         await tern.WaitUntilServingAsync(management);
-        using (var client = new HttpClient(new SocketsHttpHandler { SslOptions = { RemoteCertificateValidationCallback = delegate { return true; } } }))
+        using (var client = TrustingClient())
         {
-            using var response = await client.GetAsync(new Uri($"https://127.0.0.1:{https}/anything"));
-            Assert.Equal(HttpStatusCode.OK, response.StatusCode); // through TLS and YARP to the demo
+            var traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+            Assert.Equal(traceparent, (await EchoedHeadersAsync(client, https, traceparent))["traceparent"]); // through TLS and YARP to the demo
         }
 
         // An export after the request holds Tern's handshake counter and ASP.NET Core's request duration.
-        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(30);
-        while (!exports.Any(e => e.Body.Contains("tern.tls.handshakes", StringComparison.Ordinal) && e.Body.Contains("http.server.request.duration", StringComparison.Ordinal)))
+        await collector.WaitForAsync("/v1/metrics", body => body.Contains("tern.tls.handshakes", StringComparison.Ordinal) && body.Contains("http.server.request.duration", StringComparison.Ordinal), tern);
+
+        var metrics = collector.Exports.Where(e => e.Path == "/v1/metrics").ToList();
+        Assert.All(metrics, e => Assert.Equal("application/x-protobuf", e.ContentType));
+        Assert.Contains(metrics, e => e.Body.Contains("service.name", StringComparison.Ordinal) && e.Body.Contains("\u0004tern", StringComparison.Ordinal)); // the string "tern", length-prefixed
+        Assert.DoesNotContain(collector.Exports, e => e.Path == "/v1/traces");
+    }
+
+    /// <summary>
+    /// OTEL_TRACES_EXPORTER=otlp: each forwarded request is two spans, the client's request
+    /// (named by method and route, with its outcome and YARP's route, cluster and destination)
+    /// and the upstream call, in the client's trace, and the upstream receives Tern's upstream
+    /// call as its parent. Management probes are not recorded.
+    /// </summary>
+    [Fact]
+    public async Task TracesAsked_TheRequestsSpansArePushed_InTheClientsTrace()
+    {
+        await using var collector = await Collector.StartAsync();
+        var (environment, https, management) = ExportingTo(collector.Address);
+        environment["OTEL_TRACES_EXPORTER"] = "otlp";
+        environment["OTEL_METRICS_EXPORTER"] = "none";
+        await using var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(management); // probes /healthz
+
+        const string TraceId = "0af7651916cd43dd8448eb211c80319c";
+        using var client = TrustingClient();
+        var upstreamSaw = (await EchoedHeadersAsync(client, https, $"00-{TraceId}-b7ad6b7169203331-01"))["traceparent"];
+        Assert.StartsWith($"00-{TraceId}-", upstreamSaw, StringComparison.Ordinal);
+        Assert.DoesNotContain("b7ad6b7169203331", upstreamSaw, StringComparison.Ordinal); // Tern's span is the upstream's parent
+        Assert.EndsWith("-01", upstreamSaw, StringComparison.Ordinal);
+
+        var trace = Encoding.Latin1.GetString(Convert.FromHexString(TraceId)); // protobuf: the id's 16 bytes as they are
+        var spanId = Encoding.Latin1.GetString(Convert.FromHexString(upstreamSaw.Split('-')[2]));
+        var export = await collector.WaitForAsync("/v1/traces", body => body.Contains(trace, StringComparison.Ordinal) && body.Contains("\u0011GET {**catch-all}", StringComparison.Ordinal) && body.Contains(spanId, StringComparison.Ordinal), tern);
+        foreach (var text in (string[])["Microsoft.AspNetCore", "System.Net.Http", "http.response.status_code", "http.route", "proxy.cluster_id", "\u0003app", "proxy.destination_id", "\u0002d1", "network.peer.address", "\u0009127.0.0.1", "service.name", "\u0004tern"])
         {
-            Assert.True(DateTime.UtcNow < deadline, $"no export with both instruments in 30 s ({exports.Count} exports)\n{tern.Output}");
-            await Task.Delay(100);
+            Assert.Contains(text, export, StringComparison.Ordinal);
         }
 
-        Assert.All(exports, e => Assert.Equal("application/x-protobuf", e.ContentType));
-        Assert.Contains(exports, e => e.Body.Contains("service.name", StringComparison.Ordinal) && e.Body.Contains("\u0004tern", StringComparison.Ordinal)); // the string "tern", length-prefixed
+        Assert.DoesNotContain("Yarp.ReverseProxy", export, StringComparison.Ordinal); // two spans, not YARP's third
+        Assert.DoesNotContain(collector.Exports, e => e.Body.Contains("/healthz", StringComparison.Ordinal));
+        Assert.DoesNotContain(collector.Exports, e => e.Path == "/v1/metrics");
+    }
+
+    /// <summary>
+    /// The sampler is OpenTelemetry's, from its variables: with a ratio of 0 a request that
+    /// starts a trace is not recorded, but its trace still reaches the upstream, marked as not
+    /// sampled (so the upstream's parent-based sampler records none of it either); a client's
+    /// sampled trace is recorded whatever the ratio.
+    /// </summary>
+    [Fact]
+    public async Task TracesAsked_TheSamplerDecides_AndTheUpstreamLearnsTheDecision()
+    {
+        await using var collector = await Collector.StartAsync();
+        var (environment, https, management) = ExportingTo(collector.Address);
+        environment["OTEL_TRACES_EXPORTER"] = "otlp";
+        environment["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio";
+        environment["OTEL_TRACES_SAMPLER_ARG"] = "0";
+        await using var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(management);
+
+        using var client = TrustingClient();
+        var unsampled = (await EchoedHeadersAsync(client, https, null))["traceparent"];
+        Assert.Matches("^00-[0-9a-f]{32}-[0-9a-f]{16}-00$", unsampled);
+        const string TraceId = "4bf92f3577b34da6a3ce929d0e0e4736";
+        await EchoedHeadersAsync(client, https, $"00-{TraceId}-00f067aa0ba902b7-01");
+
+        await collector.WaitForAsync("/v1/traces", body => body.Contains(Encoding.Latin1.GetString(Convert.FromHexString(TraceId)), StringComparison.Ordinal), tern);
+        var unsampledTrace = Encoding.Latin1.GetString(Convert.FromHexString(unsampled.Split('-')[1]));
+        Assert.DoesNotContain(collector.Exports, e => e.Body.Contains(unsampledTrace, StringComparison.Ordinal));
+    }
+
+    /// <summary>
+    /// Trace settings Tern cannot use as written: one warning naming the variable, no traces
+    /// (an unreadable ratio would otherwise record every request), and Tern serves on.
+    /// </summary>
+    [Theory]
+    [InlineData("OTEL_TRACES_EXPORTER", "zipkin", null, "OTEL_TRACES_EXPORTER=zipkin not used: Tern pushes over OTLP only")]
+    [InlineData("OTEL_TRACES_SAMPLER", "sometimes", null, "OTEL_TRACES_SAMPLER=sometimes not used: not one of always_on, ")]
+    [InlineData("OTEL_TRACES_SAMPLER", "traceidratio", "1%", "OTEL_TRACES_SAMPLER_ARG=1% not used: traceidratio needs the share of traces to record, a number from 0 to 1")]
+    public async Task TraceSettingTernCannotUse_OneWarningNamingIt_NoTraces(string variable, string value, string? ratio, string warning)
+    {
+        await using var collector = await Collector.StartAsync();
+        var (environment, https, management) = ExportingTo(collector.Address);
+        environment["OTEL_TRACES_EXPORTER"] = "otlp";
+        environment[variable] = value;
+        if (ratio is not null)
+        {
+            environment["OTEL_TRACES_SAMPLER_ARG"] = ratio;
+        }
+
+        await using var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(management);
+        using var client = TrustingClient();
+        var traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        Assert.Equal(traceparent, (await EchoedHeadersAsync(client, https, traceparent))["traceparent"]); // no span of Tern's
+
+        var line = Assert.Single(tern.Output.Split('\n'), l => l.Contains(warning, StringComparison.Ordinal));
+        Assert.Contains("warn", line, StringComparison.Ordinal);
+        await collector.WaitForAsync("/v1/metrics", _ => true, tern); // the export runs, and the spans would have gone with it
+        Assert.DoesNotContain(collector.Exports, e => e.Path == "/v1/traces");
     }
 
     /// <summary>A collector that cannot be reached: Tern serves on and says so, once a minute however often the exporter tries.</summary>
@@ -65,7 +150,7 @@ public sealed class OtlpExportTests
         await using var tern = TernProcess.Start(environment);
         await tern.WaitUntilServingAsync(management);
 
-        const string Line = "OTLP metrics export (OTEL_EXPORTER_OTLP_ENDPOINT): ";
+        const string Line = "OTLP export (OTEL_EXPORTER_OTLP_ENDPOINT): ";
         await tern.WaitForOutputAsync(Line, TimeSpan.FromSeconds(20));
         await Task.Delay(2000); // six more failed exports
         var line = Assert.Single(tern.Output.Split('\n'), l => l.Contains(Line, StringComparison.Ordinal));
@@ -76,7 +161,75 @@ public sealed class OtlpExportTests
         Assert.Equal(HttpStatusCode.OK, (await client.GetAsync(new Uri($"http://127.0.0.1:{management}/metrics"))).StatusCode);
     }
 
-    /// <summary>The shipped configuration on free ports (the demo as its upstream), exporting to collector every 300 ms over OTLP/HTTP.</summary>
+    private static HttpClient TrustingClient() =>
+        new(new SocketsHttpHandler { SslOptions = { RemoteCertificateValidationCallback = delegate { return true; } } });
+
+    /// <summary>The request headers the demo upstream received for a request sent with traceparent (none if null).</summary>
+    private static async Task<Dictionary<string, string>> EchoedHeadersAsync(HttpClient client, int https, string? traceparent)
+    {
+        using var request = new HttpRequestMessage(HttpMethod.Get, new Uri($"https://127.0.0.1:{https}/anything"));
+        if (traceparent is not null)
+        {
+            request.Headers.Add("traceparent", traceparent);
+        }
+
+        using var response = await client.SendAsync(request);
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        using var echo = JsonDocument.Parse(await response.Content.ReadAsStringAsync());
+        return echo.RootElement.GetProperty("headers").EnumerateObject().ToDictionary(h => h.Name, h => h.Value.GetString()!, StringComparer.OrdinalIgnoreCase);
+    }
+
+    /// <summary>An OTLP/HTTP collector on 127.0.0.1 that keeps every export it receives.</summary>
+    private sealed class Collector : IAsyncDisposable
+    {
+        private readonly WebApplication _app;
+
+        private Collector()
+        {
+            var builder = WebApplication.CreateSlimBuilder();
+            builder.Logging.ClearProviders();
+            builder.WebHost.UseKestrel(k => k.Listen(IPAddress.Loopback, 0));
+            _app = builder.Build();
+            _app.Run(async context =>
+            {
+                using var body = new MemoryStream();
+                await context.Request.Body.CopyToAsync(body);
+                Exports.Enqueue((context.Request.Path.Value!, context.Request.ContentType, Encoding.Latin1.GetString(body.ToArray()))); // protobuf: strings are plain bytes
+            });
+        }
+
+        public string Address => _app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.Single();
+
+        public ConcurrentQueue<(string Path, string? ContentType, string Body)> Exports { get; } = new();
+
+        public static async Task<Collector> StartAsync()
+        {
+            var collector = new Collector();
+            await collector._app.StartAsync();
+            return collector;
+        }
+
+        /// <summary>Waits up to 30 s until the exports to path so far, together (a span may come in a later batch than its parent), match; returns them.</summary>
+        public async Task<string> WaitForAsync(string path, Func<string, bool> match, TernProcess tern)
+        {
+            var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(30);
+            while (true)
+            {
+                var bodies = string.Concat(Exports.Where(e => e.Path == path).Select(e => e.Body));
+                if (bodies.Length > 0 && match(bodies))
+                {
+                    return bodies;
+                }
+
+                Assert.True(DateTime.UtcNow < deadline, $"no matching export to {path} in 30 s ({Exports.Count} exports)\n{tern.Output}");
+                await Task.Delay(100);
+            }
+        }
+
+        public ValueTask DisposeAsync() => _app.DisposeAsync();
+    }
+
+    /// <summary>The shipped configuration on free ports (the demo as its upstream), exporting to collector every 300 ms (metrics) and 200 ms (spans) over OTLP/HTTP.</summary>
     private static (Dictionary<string, string> Environment, int Https, int Management) ExportingTo(string collector)
     {
         string Text(int port) => port.ToString(CultureInfo.InvariantCulture);
@@ -91,6 +244,7 @@ public sealed class OtlpExportTests
             ["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector,
             ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf",
             ["OTEL_METRIC_EXPORT_INTERVAL"] = "300",
+            ["OTEL_BSP_SCHEDULE_DELAY"] = "200",
         };
         return (environment, https, management);
     }
