@@ -50,7 +50,8 @@ public sealed class OtlpExportTests
     /// OTEL_TRACES_EXPORTER=otlp: each forwarded request is two spans, the client's request
     /// (named by method and route, with its outcome and YARP's route, cluster and destination)
     /// and the upstream call, in the client's trace, and the upstream receives Tern's upstream
-    /// call as its parent. Management probes are not recorded.
+    /// call as its parent. A request answered 5xx is an error span. Management probes are not
+    /// recorded.
     /// </summary>
     [Fact]
     public async Task TracesAsked_TheRequestsSpansArePushed_InTheClientsTrace()
@@ -59,6 +60,9 @@ public sealed class OtlpExportTests
         var (environment, https, management) = ExportingTo(collector.Address);
         environment["OTEL_TRACES_EXPORTER"] = "otlp";
         environment["OTEL_METRICS_EXPORTER"] = "none";
+        environment["ReverseProxy__Routes__dead__ClusterId"] = "dead";
+        environment["ReverseProxy__Routes__dead__Match__Path"] = "/dead/{**rest}";
+        environment["ReverseProxy__Clusters__dead__Destinations__d1__Address"] = $"http://127.0.0.1:{FreePort.Next()}/";
         await using var tern = TernProcess.Start(environment);
         await tern.WaitUntilServingAsync(management); // probes /healthz
 
@@ -78,6 +82,14 @@ public sealed class OtlpExportTests
         }
 
         Assert.DoesNotContain("Yarp.ReverseProxy", export, StringComparison.Ordinal); // two spans, not YARP's third
+
+        // A request the upstream fails: the request's span is an error, named by its route.
+        using (var response = await client.GetAsync(new Uri($"https://127.0.0.1:{https}/dead/x")))
+        {
+            Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        }
+
+        await collector.WaitForAsync("/v1/traces", body => body.Contains("\u0012GET /dead/{**rest}", StringComparison.Ordinal) && body.Contains("error.type\u0012\u0005\n\u0003502", StringComparison.Ordinal), tern);
         Assert.DoesNotContain(collector.Exports, e => e.Body.Contains("/healthz", StringComparison.Ordinal));
         Assert.DoesNotContain(collector.Exports, e => e.Path == "/v1/metrics");
     }
