@@ -28,9 +28,8 @@ public sealed class OtlpExportTests
     public async Task OtlpEndpointSet_TernsAndThePlatformsMetricsArePushed_NoTraces()
     {
         await using var collector = await Collector.StartAsync();
-        var (environment, https, management) = ExportingTo(collector.Address);
-        await using var tern = TernProcess.Start(environment);
-        await tern.WaitUntilServingAsync(management);
+        var (tern, https, _) = await StartExportingAsync(collector.Address);
+        await using var process = tern;
         using (var client = TrustingClient())
         {
             var traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -57,14 +56,14 @@ public sealed class OtlpExportTests
     public async Task TracesAsked_TheRequestsSpansArePushed_InTheClientsTrace()
     {
         await using var collector = await Collector.StartAsync();
-        var (environment, https, management) = ExportingTo(collector.Address);
-        environment["OTEL_TRACES_EXPORTER"] = "otlp";
-        environment["OTEL_METRICS_EXPORTER"] = "none";
-        environment["ReverseProxy__Routes__dead__ClusterId"] = "dead";
-        environment["ReverseProxy__Routes__dead__Match__Path"] = "/dead/{**rest}";
-        environment["ReverseProxy__Clusters__dead__Destinations__d1__Address"] = $"http://127.0.0.1:{FreePort.Next()}/";
-        await using var tern = TernProcess.Start(environment);
-        await tern.WaitUntilServingAsync(management); // probes /healthz
+        var (tern, https, _) = await StartExportingAsync( // waits on /healthz
+            collector.Address,
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+            ("ReverseProxy__Routes__dead__ClusterId", "dead"),
+            ("ReverseProxy__Routes__dead__Match__Path", "/dead/{**rest}"),
+            ("ReverseProxy__Clusters__dead__Destinations__d1__Address", $"http://127.0.0.1:{FreePort.Next()}/"));
+        await using var process = tern;
 
         const string TraceId = "0af7651916cd43dd8448eb211c80319c";
         using var client = TrustingClient();
@@ -104,12 +103,9 @@ public sealed class OtlpExportTests
     public async Task TracesAsked_TheSamplerDecides_AndTheUpstreamLearnsTheDecision()
     {
         await using var collector = await Collector.StartAsync();
-        var (environment, https, management) = ExportingTo(collector.Address);
-        environment["OTEL_TRACES_EXPORTER"] = "otlp";
-        environment["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio";
-        environment["OTEL_TRACES_SAMPLER_ARG"] = "0";
-        await using var tern = TernProcess.Start(environment);
-        await tern.WaitUntilServingAsync(management);
+        var (tern, https, _) = await StartExportingAsync(
+            collector.Address, ("OTEL_TRACES_EXPORTER", "otlp"), ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", "0"));
+        await using var process = tern;
 
         using var client = TrustingClient();
         var unsampled = (await EchoedHeadersAsync(client, https, null))["traceparent"];
@@ -133,16 +129,9 @@ public sealed class OtlpExportTests
     public async Task TraceSettingTernCannotUse_OneWarningNamingIt_NoTraces(string variable, string value, string? ratio, string warning)
     {
         await using var collector = await Collector.StartAsync();
-        var (environment, https, management) = ExportingTo(collector.Address);
-        environment["OTEL_TRACES_EXPORTER"] = "otlp";
-        environment[variable] = value;
-        if (ratio is not null)
-        {
-            environment["OTEL_TRACES_SAMPLER_ARG"] = ratio;
-        }
-
-        await using var tern = TernProcess.Start(environment);
-        await tern.WaitUntilServingAsync(management);
+        var (tern, https, _) = await StartExportingAsync(
+            collector.Address, ("OTEL_TRACES_EXPORTER", "otlp"), (variable, value), ("OTEL_TRACES_SAMPLER_ARG", ratio));
+        await using var process = tern;
         using var client = TrustingClient();
         var traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
         Assert.Equal(traceparent, (await EchoedHeadersAsync(client, https, traceparent))["traceparent"]); // no span of Tern's
@@ -158,9 +147,8 @@ public sealed class OtlpExportTests
     public async Task CollectorUnreachable_OneWarningNamingTheVariable_TernServesOn()
     {
         var dead = FreePort.Next();
-        var (environment, _, management) = ExportingTo($"http://127.0.0.1:{dead}");
-        await using var tern = TernProcess.Start(environment);
-        await tern.WaitUntilServingAsync(management);
+        var (tern, _, management) = await StartExportingAsync($"http://127.0.0.1:{dead}");
+        await using var process = tern;
 
         const string Line = "OTLP export (OTEL_EXPORTER_OTLP_ENDPOINT): ";
         await tern.WaitForOutputAsync(Line, TimeSpan.FromSeconds(20));
@@ -171,6 +159,23 @@ public sealed class OtlpExportTests
 
         using var client = new HttpClient();
         Assert.Equal(HttpStatusCode.OK, (await client.GetAsync(new Uri($"http://127.0.0.1:{management}/metrics"))).StatusCode);
+    }
+
+    /// <summary>The real process exporting to collector, with settings added to ExportingTo's (a null value adds none); serving when this returns.</summary>
+    private static async Task<(TernProcess Tern, int Https, int Management)> StartExportingAsync(string collector, params (string Key, string? Value)[] settings)
+    {
+        var (environment, https, management) = ExportingTo(collector);
+        foreach (var (key, value) in settings)
+        {
+            if (value is not null)
+            {
+                environment[key] = value;
+            }
+        }
+
+        var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(management);
+        return (tern, https, management);
     }
 
     private static HttpClient TrustingClient() =>
