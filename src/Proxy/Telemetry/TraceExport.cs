@@ -89,11 +89,11 @@ internal sealed class TraceExport : IDisposable
     /// adds them to every request's span before the sampler has chosen it, 670 B per request
     /// recorded or not), so this writes OpenTelemetry's HTTP server attributes on the spans that
     /// are recorded, when the response is done: method, path, scheme, host and port, protocol,
-    /// the connection's peer address, user agent, status code and route, YARP's route, cluster and destination
-    /// (its own tag names), and for a 5xx the error; and names the span "GET /{**catch-all}", the
-    /// method and route, as those conventions name a server span. Probes and scrapes on the
-    /// management port are not recorded: a kubelet's /healthz every few seconds would be most of
-    /// a quiet proxy's traces.
+    /// the connection's peer address, user agent, status code and route; YARP's route, cluster
+    /// and destination (its own tag names); for a 5xx, the error. It names the span by method
+    /// and route ("GET /{**catch-all}"), as those conventions name a server span. Probes and
+    /// scrapes on the management port are not recorded: a kubelet's /healthz every few seconds
+    /// would be most of a quiet proxy's traces.
     /// </summary>
     public static async Task CompleteServerSpanAsync(HttpContext context, RequestDelegate next, int managementPort)
     {
@@ -168,7 +168,7 @@ internal sealed class TraceExport : IDisposable
     }
 
     /// <summary>The method if it is one of HTTP's (their names, which bound a span name's values), else null.</summary>
-    internal static string? KnownMethod(string method) => method switch
+    private static string? KnownMethod(string method) => method switch
     {
         "GET" or "HEAD" or "POST" or "PUT" or "DELETE" or "CONNECT" or "OPTIONS" or "TRACE" or "PATCH" or "QUERY" => method,
         _ => null,
