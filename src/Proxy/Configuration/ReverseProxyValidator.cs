@@ -21,6 +21,12 @@ internal static partial class ReverseProxyValidator
     /// <summary>Cluster metadata key for the idle timeout of that cluster's pooled connections (instead of Tern:Forwarding:PooledConnectionIdleTimeout).</summary>
     public const string PooledConnectionIdleTimeoutMetadata = "Tern.PooledConnectionIdleTimeout";
 
+    /// <summary>Cluster metadata key for the time to open a connection to that cluster's destinations (instead of Tern:Forwarding:ConnectTimeout).</summary>
+    public const string ConnectTimeoutMetadata = "Tern.ConnectTimeout";
+
+    /// <summary>The cluster metadata keys whose values are durations.</summary>
+    public static readonly string[] DurationMetadata = [PooledConnectionIdleTimeoutMetadata, ConnectTimeoutMetadata];
+
     /// <param name="configuration">The whole configuration.</param>
     /// <param name="values">The section's values (ReverseProxy:... keys), listed once by the caller: listing a large section costs.</param>
     /// <param name="problems">Where each problem goes.</param>
@@ -69,9 +75,12 @@ internal static partial class ReverseProxyValidator
                 }
             }
 
-            if (cluster[$"Metadata:{PooledConnectionIdleTimeoutMetadata}"] is { } idle && SettingReader.ParseDuration(idle).Problem is { } idleProblem)
+            foreach (var key in DurationMetadata)
             {
-                problems.Add(new($"{cluster.Path}:Metadata:{PooledConnectionIdleTimeoutMetadata}", idleProblem));
+                if (cluster[$"Metadata:{key}"] is { } duration && SettingReader.ParseDuration(duration).Problem is { } problem)
+                {
+                    problems.Add(new($"{cluster.Path}:Metadata:{key}", problem));
+                }
             }
 
             // Tern passes header bytes unchanged (Forwarding.HeaderBytes); a decoding of its own

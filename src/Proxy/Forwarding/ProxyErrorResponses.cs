@@ -3,6 +3,7 @@ using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Http.Features;
 using Microsoft.Extensions.Logging;
+using Tern.Proxy.Configuration;
 using Yarp.ReverseProxy.Configuration;
 using Yarp.ReverseProxy.Forwarder;
 
@@ -238,7 +239,9 @@ internal static class ProxyErrorResponses
             SocketError.HostUnreachable or SocketError.NetworkUnreachable => "the upstream is unreachable",
             SocketError.HostNotFound or SocketError.NoData or SocketError.TryAgain => "the upstream's host name does not resolve",
             SocketError.ConnectionReset or SocketError.ConnectionAborted => "the upstream closed the connection",
-            _ when connectTimedOut => "the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout",
+            _ when connectTimedOut => config.Metadata?.ContainsKey(ReverseProxyValidator.ConnectTimeoutMetadata) == true
+                ? $"the upstream did not accept the connection within the cluster's Metadata:{ReverseProxyValidator.ConnectTimeoutMetadata}"
+                : "the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout",
             _ => HttpRequestErrorOf(exception) switch
             {
                 HttpRequestError.NameResolutionError => "the upstream's host name does not resolve",

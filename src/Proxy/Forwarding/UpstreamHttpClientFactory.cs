@@ -9,8 +9,8 @@ namespace Tern.Proxy.Forwarding;
 /// <summary>
 /// YARP's client factory with Tern's connect timeout, so that an upstream that cannot be reached
 /// turns into a fast 502 instead of a request that hangs on SYN retries, with Tern's idle timeout
-/// for pooled upstream connections (or the cluster's own), and with a connect that keeps the last
-/// descriptors free.
+/// for pooled upstream connections, each (or the cluster's own, its metadata), and with a connect
+/// that keeps the last descriptors free.
 /// </summary>
 /// <remarks>
 /// The listeners keep clients out of the last eighth of the open-file limit (<see cref="SocketTransport"/>),
@@ -26,23 +26,24 @@ namespace Tern.Proxy.Forwarding;
 internal sealed class UpstreamHttpClientFactory(ActiveConfiguration active) : ForwarderHttpClientFactory
 {
     // The Tern: settings are start-only (see TernSettings.StartOnlySettings): YARP rebuilds a client
-    // only when its cluster changes. A cluster's own idle timeout (its metadata) is such a change.
+    // only when its cluster changes. A cluster's own timeouts (its metadata) are such a change.
     protected override void ConfigureHandler(ForwarderHttpClientContext context, SocketsHttpHandler handler)
     {
         base.ConfigureHandler(context, handler);
-        handler.ConnectTimeout = active.Bound.ConnectTimeout;
-        handler.PooledConnectionIdleTimeout = IdleTimeout(context.NewMetadata) ?? active.Bound.PooledConnectionIdleTimeout;
+        handler.ConnectTimeout = Duration(context.NewMetadata, ReverseProxyValidator.ConnectTimeoutMetadata) ?? active.Bound.ConnectTimeout;
+        handler.PooledConnectionIdleTimeout = Duration(context.NewMetadata, ReverseProxyValidator.PooledConnectionIdleTimeoutMetadata) ?? active.Bound.PooledConnectionIdleTimeout;
         handler.ConnectCallback = ConnectAsync;
         handler.RequestHeaderEncodingSelector = HeaderBytes.Upstream;
     }
 
     // YARP reuses a cluster's client when its HttpClient section is unchanged, whatever its metadata.
     protected override bool CanReuseOldClient(ForwarderHttpClientContext context) =>
-        base.CanReuseOldClient(context) && IdleTimeout(context.OldMetadata) == IdleTimeout(context.NewMetadata);
+        base.CanReuseOldClient(context)
+        && ReverseProxyValidator.DurationMetadata.All(key => Duration(context.OldMetadata, key) == Duration(context.NewMetadata, key));
 
-    /// <summary>A cluster's Tern.PooledConnectionIdleTimeout (checked by ReverseProxyValidator), or null.</summary>
-    private static TimeSpan? IdleTimeout(IReadOnlyDictionary<string, string>? metadata) =>
-        metadata is not null && metadata.TryGetValue(ReverseProxyValidator.PooledConnectionIdleTimeoutMetadata, out var text)
+    /// <summary>A cluster's duration under key (Tern.ConnectTimeout, ...; checked by ReverseProxyValidator), or null.</summary>
+    internal static TimeSpan? Duration(IReadOnlyDictionary<string, string>? metadata, string key) =>
+        metadata is not null && metadata.TryGetValue(key, out var text)
             ? SettingReader.ParseDuration(text).Value
             : null;
 

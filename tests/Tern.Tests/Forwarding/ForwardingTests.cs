@@ -593,30 +593,10 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     [Fact]
     public async Task UpstreamUnreachable_Returns502PromptlyWithReason()
     {
-        // A listener whose accept queue is full drops further SYNs, like a host that never answers.
-        using var blackhole = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
-        blackhole.Bind(new IPEndPoint(IPAddress.Loopback, 0));
-        blackhole.Listen(0);
-        var address = (IPEndPoint)blackhole.LocalEndPoint!;
-        var fillers = new List<System.Net.Sockets.Socket>();
-        for (var i = 0; i < 4; i++)
-        {
-            var filler = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp) { Blocking = false };
-            try
-            {
-                filler.Connect(address);
-            }
-            catch (System.Net.Sockets.SocketException)
-            {
-            }
-
-            fillers.Add(filler);
-        }
-
-        var config = new TernConfig(engine).Route("all", "dark", "{**any}").Cluster("dark", [$"http://127.0.0.1:{address.Port}/"]);
+        using var blackhole = new Blackhole();
+        var config = new TernConfig(engine).Route("all", "dark", "{**any}").Cluster("dark", [$"http://127.0.0.1:{blackhole.Port}/"]);
 
         var (status, body, _, elapsed) = await SecondRequestAsync(config);
-        fillers.ForEach(f => f.Dispose());
 
         Assert.Equal(HttpStatusCode.BadGateway, status);
         Assert.Equal("502 Bad Gateway: the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout (cluster 'dark')\n", body);
@@ -624,6 +604,59 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         // The 800 ms connect timeout ended it: without it, the kernel would retransmit the SYN after
         // 1 s, 3 s, 7 s... for minutes. 3 s leaves room for a loaded machine (1 s left 200 ms).
         Assert.True(elapsed < TimeSpan.FromSeconds(3), $"took {elapsed}");
+    }
+
+    /// <summary>
+    /// A cluster's own Tern.ConnectTimeout (nginx's proxy_connect_timeout for one upstream, say
+    /// one across a lossy network) replaces Tern:Forwarding:ConnectTimeout for its destinations,
+    /// and the 502 names it.
+    /// </summary>
+    [Fact]
+    public async Task UpstreamUnreachable_ClustersOwnConnectTimeout_IsWaitedFor_AndNamed()
+    {
+        using var blackhole = new Blackhole();
+        var metadata = new JsonObject { ["Metadata"] = new JsonObject { ["Tern.ConnectTimeout"] = "00:00:02" } };
+        var config = new TernConfig(engine).Route("all", "dark", "{**any}").Cluster("dark", [$"http://127.0.0.1:{blackhole.Port}/"], metadata);
+
+        var (status, body, _, elapsed) = await SecondRequestAsync(config);
+
+        Assert.Equal(HttpStatusCode.BadGateway, status);
+        Assert.Equal("502 Bad Gateway: the upstream did not accept the connection within the cluster's Metadata:Tern.ConnectTimeout (cluster 'dark')\n", body);
+        Assert.True(elapsed >= TimeSpan.FromSeconds(1.9), $"took {elapsed}: the 800 ms default, not the cluster's 2 s");
+    }
+
+    /// <summary>A loopback listener whose accept queue is full: it drops further SYNs, like a host that never answers.</summary>
+    private sealed class Blackhole : IDisposable
+    {
+        private readonly System.Net.Sockets.Socket _listener = new(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+        private readonly List<System.Net.Sockets.Socket> _fillers = [];
+
+        public Blackhole()
+        {
+            _listener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+            _listener.Listen(0);
+            for (var i = 0; i < 4; i++)
+            {
+                var filler = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp) { Blocking = false };
+                try
+                {
+                    filler.Connect(_listener.LocalEndPoint!);
+                }
+                catch (System.Net.Sockets.SocketException)
+                {
+                }
+
+                _fillers.Add(filler);
+            }
+        }
+
+        public int Port => ((IPEndPoint)_listener.LocalEndPoint!).Port;
+
+        public void Dispose()
+        {
+            _fillers.ForEach(f => f.Dispose());
+            _listener.Dispose();
+        }
     }
 
     /// <summary>
