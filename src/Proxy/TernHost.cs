@@ -349,10 +349,8 @@ public static class TernHost
             file.Failed = ex => TernLog.ReloadNotApplied(reloadLogger, file.Label, ex.Message);
         }
 
-        // Listen from the start, so that /metrics counts everything since then; the certificates'
-        // expiry is reported with either engine.
-        app.Services.GetRequiredService<Telemetry.MetricsEndpoint>();
-        app.Services.GetRequiredService<Telemetry.TraceExport>();
+        // Listen from the start (the metrics since ConfigurePipeline), so that /metrics counts
+        // everything since then; the certificates' expiry is reported with either engine.
         app.Services.GetRequiredService<TlsMetrics>();
         LogStart(app, snapshot);
         return app;
@@ -360,9 +358,13 @@ public static class TernHost
 
     private static void ConfigurePipeline(WebApplication app, TernSettings settings)
     {
+        // The metrics first: the container disposes in reverse, so the traces' last flush at
+        // shutdown is still reported (OtlpExportLog, which the metrics own).
+        app.Services.GetRequiredService<Telemetry.MetricsEndpoint>();
         if (app.Services.GetRequiredService<Telemetry.TraceExport>().Exporting)
         {
-            app.Use((context, next) => Telemetry.TraceExport.CompleteServerSpanAsync(context, next, settings.ManagementPort));
+            int? demoPort = settings.DemoEnabled ? settings.DemoPort : null;
+            app.Use((context, next) => Telemetry.TraceExport.CompleteServerSpanAsync(context, next, settings.ManagementPort, demoPort));
         }
 
         // Management and demo listeners are told apart by the local port the connection arrived

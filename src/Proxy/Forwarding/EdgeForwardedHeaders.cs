@@ -63,6 +63,9 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         }
     }
 
+    /// <summary>A client's address as it is written: 127.0.0.1, not ::ffff:127.0.0.1 (the listeners are dual-stack).</summary>
+    internal static IPAddress Plain(IPAddress address) => address.IsIPv4MappedToIPv6 ? address.MapToIPv4() : address;
+
     private static bool FromTrustedProxy(RequestTransformContext context, ActiveConfiguration active)
     {
         var client = context.HttpContext.Connection.RemoteIpAddress;
@@ -72,7 +75,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             return false;
         }
 
-        var address = client.IsIPv4MappedToIPv6 ? client.MapToIPv4() : client;
+        var address = Plain(client);
         foreach (var network in networks)
         {
             if (network.Contains(address))
@@ -236,7 +239,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             var incomingHost = TakeHeader(context, ForwardedHost);
             TakeHeader(context, ForwardedPrefix);
 
-            var clientText = client is null ? "unknown" : (client.IsIPv4MappedToIPv6 ? client.MapToIPv4() : client).ToString();
+            var clientText = client is null ? "unknown" : Plain(client).ToString();
             AddHeader(context, ForwardedFor, trusted && !StringValues.IsNullOrEmpty(incomingFor) ? StringValues.Concat(incomingFor, clientText) : clientText);
             AddHeader(context, ForwardedProto, trusted && !StringValues.IsNullOrEmpty(incomingProto) ? incomingProto : request.Scheme);
             if (request.Host.HasValue)

@@ -43,8 +43,8 @@ internal sealed class UpstreamHttpClientFactory(ActiveConfiguration active) : Fo
 
     /// <summary>A cluster's duration under key (Tern.ConnectTimeout, ...; checked by ReverseProxyValidator), or null.</summary>
     internal static TimeSpan? Duration(IReadOnlyDictionary<string, string>? metadata, string key) =>
-        metadata is not null && metadata.TryGetValue(key, out var text)
-            ? SettingReader.ParseDuration(text).Value
+        metadata is not null && metadata.TryGetValue(key, out var text) && SettingReader.ParseDuration(text) is { Problem: null } duration
+            ? duration.Value
             : null;
 
     /// <summary>What SocketsHttpHandler does without a callback, after the descriptor check.</summary>

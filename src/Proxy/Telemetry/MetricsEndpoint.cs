@@ -67,7 +67,7 @@ internal sealed class MetricsEndpoint : IDisposable
         }
 
         // Every instrument is then recorded for both readers: measured, see README (Metrics).
-        if (Otlp.Exports(Otlp.MetricsExporterVariable, byDefault: true, logger))
+        if (Otlp.Exports(Otlp.MetricsExporterVariable, byDefault: true, served: "prometheus", logger))
         {
             builder.AddOtlpExporter().ConfigureResource(Otlp.NameService);
         }

@@ -4,10 +4,9 @@ namespace Tern.Proxy.Telemetry;
 
 /// <summary>
 /// OpenTelemetry's standard variables that decide what Tern pushes over OTLP: a collector named by
-/// <see cref="EndpointVariable"/> gets the metrics unless OTEL_METRICS_EXPORTER says <c>none</c>,
-/// and the traces where OTEL_TRACES_EXPORTER says <c>otlp</c>. The exporter reads the rest itself
-/// (protocol, headers, timeout, intervals), and the trace provider reads the sampler (see
-/// <see cref="TraceExport"/>).
+/// <see cref="EndpointVariable"/> gets the metrics unless OTEL_METRICS_EXPORTER leaves out
+/// <c>otlp</c>, and the traces where OTEL_TRACES_EXPORTER names it. The exporter reads the rest
+/// itself (protocol, headers, timeout, intervals); <see cref="TraceExport"/> reads the sampler.
 /// </summary>
 internal static class Otlp
 {
@@ -26,37 +25,40 @@ internal static class Otlp
 
     /// <summary>
     /// Whether a signal goes to the collector: the endpoint is set and the signal's exporter
-    /// variable says <c>otlp</c>, or is unset where <paramref name="byDefault"/>. OpenTelemetry's
-    /// default is <c>otlp</c> for every signal; Tern's for traces is <c>none</c>, because spans cost
-    /// a small proxied request 15-40% more CPU (README, Traces) and an operator who points Tern at
-    /// a collector for its metrics should not pay that unasked, as nginx and Envoy trace only when
-    /// told to. Any other exporter (zipkin, console, a list) is one Tern cannot push: it says so,
-    /// and exports nothing of that signal rather than something the operator did not ask for.
+    /// variable (a comma-separated list) names <c>otlp</c>, or is unset where
+    /// <paramref name="byDefault"/>. OpenTelemetry's default is <c>otlp</c> for every signal;
+    /// Tern's for traces is <c>none</c>, because spans cost a small proxied request 20% (1%
+    /// sampled) to 31% (all) more CPU (README, Traces), and an operator who points Tern at a
+    /// collector for its metrics should not pay that unasked, as nginx and Envoy trace only when told to. <c>none</c>, and
+    /// <paramref name="served"/> (<c>prometheus</c> for the metrics, which /metrics serves
+    /// anyway), are taken as they are. Any other exporter (zipkin, console) is one Tern cannot
+    /// push, and <c>otlp</c> without the endpoint one it cannot reach (it reads no per-signal
+    /// endpoint): each is one warning naming the variable.
     /// </summary>
-    public static bool Exports(string exporterVariable, bool byDefault, ILogger logger)
+    public static bool Exports(string exporterVariable, bool byDefault, string? served, ILogger logger)
     {
-        if (string.IsNullOrEmpty(Environment.GetEnvironmentVariable(EndpointVariable)))
+        var endpointSet = !string.IsNullOrEmpty(Environment.GetEnvironmentVariable(EndpointVariable));
+        var value = Environment.GetEnvironmentVariable(exporterVariable);
+        if (string.IsNullOrWhiteSpace(value))
         {
-            return false;
+            return endpointSet && byDefault;
         }
 
-        var exporter = Environment.GetEnvironmentVariable(exporterVariable)?.Trim();
-        if (string.IsNullOrEmpty(exporter))
+        var names = value.Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries);
+        var unknown = names.Where(n => !n.Equals("otlp", StringComparison.OrdinalIgnoreCase) && !n.Equals("none", StringComparison.OrdinalIgnoreCase)
+            && !n.Equals(served, StringComparison.OrdinalIgnoreCase)).ToList();
+        if (unknown.Count > 0)
         {
-            return byDefault;
+            TernLog.OtlpSettingIgnored(logger, exporterVariable, value, $"Tern pushes over OTLP only ('otlp'), so {string.Join(", ", unknown)} exports nothing");
         }
 
-        if (exporter.Equals("otlp", StringComparison.OrdinalIgnoreCase))
+        var otlp = names.Any(n => n.Equals("otlp", StringComparison.OrdinalIgnoreCase));
+        if (otlp && !endpointSet)
         {
-            return true;
+            TernLog.OtlpSettingIgnored(logger, exporterVariable, value, $"{EndpointVariable} is not set (Tern reads no per-signal endpoint), so nothing is pushed");
         }
 
-        if (!exporter.Equals("none", StringComparison.OrdinalIgnoreCase))
-        {
-            TernLog.OtlpSettingIgnored(logger, exporterVariable, exporter, "Tern pushes over OTLP only ('otlp' or 'none'), so it exports none of this signal");
-        }
-
-        return false;
+        return otlp && endpointSet;
     }
 
     /// <summary>The service is "tern", not unknown_service:Tern.Proxy, unless OTEL_SERVICE_NAME names it.</summary>
