@@ -29,9 +29,9 @@ internal static class Otlp
     /// <paramref name="byDefault"/>. OpenTelemetry's default is <c>otlp</c> for every signal;
     /// Tern's for traces is <c>none</c>, because spans cost a small proxied request 20% (1%
     /// sampled) to 31% (all) more CPU (README, Traces), and an operator who points Tern at a
-    /// collector for its metrics should not pay that unasked, as nginx and Envoy trace only when told to. <c>none</c>, and
-    /// <paramref name="served"/> (<c>prometheus</c> for the metrics, which /metrics serves
-    /// anyway), are taken as they are. Any other exporter (zipkin, console) is one Tern cannot
+    /// collector for its metrics should not pay that unasked, as nginx and Envoy trace only when
+    /// told to. <c>none</c>, and <paramref name="served"/> (<c>prometheus</c> for the metrics,
+    /// which /metrics serves anyway), are taken as they are. Any other exporter (zipkin, console) is one Tern cannot
     /// push, and <c>otlp</c> without the endpoint one it cannot reach (it reads no per-signal
     /// endpoint): each is one warning naming the variable.
     /// </summary>
