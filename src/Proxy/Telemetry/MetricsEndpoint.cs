@@ -60,7 +60,7 @@ internal sealed class MetricsEndpoint : IDisposable
             }
         }
 
-        if (!string.IsNullOrEmpty(Environment.GetEnvironmentVariable(Otlp.EndpointVariable)))
+        if (Otlp.EndpointSet)
         {
             // The exporter's problems, with metrics or traces, are logged whatever is exported.
             _otlpLog = new OtlpExportLog(logger);

@@ -19,6 +19,9 @@ internal static class Otlp
     /// </summary>
     public const string EndpointVariable = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
+    /// <summary>Whether <see cref="EndpointVariable"/> names a collector.</summary>
+    public static bool EndpointSet => !string.IsNullOrEmpty(Environment.GetEnvironmentVariable(EndpointVariable));
+
     public const string MetricsExporterVariable = "OTEL_METRICS_EXPORTER";
 
     public const string TracesExporterVariable = "OTEL_TRACES_EXPORTER";
@@ -37,7 +40,7 @@ internal static class Otlp
     /// </summary>
     public static bool Exports(string exporterVariable, bool byDefault, string? served, ILogger logger)
     {
-        var endpointSet = !string.IsNullOrEmpty(Environment.GetEnvironmentVariable(EndpointVariable));
+        var endpointSet = EndpointSet;
         var value = Environment.GetEnvironmentVariable(exporterVariable);
         if (string.IsNullOrWhiteSpace(value))
         {
