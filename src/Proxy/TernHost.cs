@@ -133,6 +133,10 @@ public static class TernHost
         builder.Logging.AddConfiguration(logging.Root.GetSection(ConfigurationSnapshot.LoggingSection));
         builder.Services.AddKeyedSingleton(ConfigurationSnapshot.LoggingSection, logging);
         builder.Logging.AddConsole();
+        // A line written inside a request that has an Activity (traces exported, or ASP.NET Core's
+        // hosting diagnostics on) names its trace and span among its scopes, so that a line and
+        // its trace can be found from each other. Read only when a line is written.
+        builder.Services.Configure<LoggerFactoryOptions>(o => o.ActivityTrackingOptions = ActivityTrackingOptions.TraceId | ActivityTrackingOptions.SpanId);
         options.Logging?.Invoke(builder.Logging);
         // Lines a client can cause at will, each event a few times per window (LogFloods says
         // which and why); every other line goes through as it is.

@@ -355,7 +355,8 @@ public abstract class ProcessTests(string engine)
         using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
 
         Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
-        await tern.WaitForOutputAsync("GET /anything returned 502: the upstream refused the connection (cluster 'app') (route default, cluster app, destination d1)", TimeSpan.FromSeconds(20));
+        var line = await tern.WaitForOutputAsync("GET /anything returned 502: the upstream refused the connection (cluster 'app') (route default, cluster app, destination d1)", TimeSpan.FromSeconds(20));
+        Assert.Matches(@"Z warn: Tern\.Proxy\.Forwarding\[301] => ConnectionId:[0-9A-Z]+ GET /anything", line); // the connection it came from (no trace: none is exported)
         AssertNoSecondReport(tern);
     }
 

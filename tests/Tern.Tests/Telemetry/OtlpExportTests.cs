@@ -3,6 +3,7 @@ using System.Globalization;
 using System.Net;
 using System.Text;
 using System.Text.Json;
+using System.Text.RegularExpressions;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.AspNetCore.Hosting.Server;
@@ -75,8 +76,8 @@ public sealed class OtlpExportTests
         Assert.DoesNotContain("b7ad6b7169203331", upstreamSaw, StringComparison.Ordinal); // Tern's span is the upstream's parent
         Assert.EndsWith("-01", upstreamSaw, StringComparison.Ordinal);
 
-        var trace = Encoding.Latin1.GetString(Convert.FromHexString(TraceId)); // protobuf: the id's 16 bytes as they are
-        var spanId = Encoding.Latin1.GetString(Convert.FromHexString(upstreamSaw.Split('-')[2]));
+        var trace = Bytes(TraceId);
+        var spanId = Bytes(upstreamSaw.Split('-')[2]);
         var export = await collector.WaitForAsync("/v1/traces", body => body.Contains(trace, StringComparison.Ordinal) && body.Contains("\u0011GET {**catch-all}", StringComparison.Ordinal) && body.Contains(spanId, StringComparison.Ordinal), tern);
         foreach (var text in (string[])["Microsoft.AspNetCore", "System.Net.Http", "http.response.status_code", Attribute("http.route", "{**catch-all}"), Attribute("url.path", "/anything"),
             Attribute("url.scheme", "https"), Attribute("proxy.route_id", "default"), Attribute("proxy.cluster_id", "app"), Attribute("proxy.destination_id", "d1"),
@@ -87,13 +88,26 @@ public sealed class OtlpExportTests
 
         Assert.DoesNotContain("Yarp.ReverseProxy", export, StringComparison.Ordinal); // two spans, not YARP's third
 
-        // A request the upstream fails: the request's span is an error, named by its route.
-        using (var response = await client.GetAsync(new Uri($"https://127.0.0.1:{https}/dead/x")))
+        // The upstream call is a child of the request's span, which is a child of the client's.
+        var requestSpan = ParentOf(export, trace, spanId);
+        Assert.Matches(Regex.Escape(Span(trace, requestSpan, Bytes("b7ad6b7169203331"))) + @".{0,8}\*\u0011GET \{\*\*catch-all}", export);
+
+        // A request the upstream fails: the request's span is an error, named by its route, and
+        // Tern's line for it names that span.
+        const string DeadTraceId = "4bf92f3577b34da6a3ce929d0e0e4736";
+        using (var request = new HttpRequestMessage(HttpMethod.Get, new Uri($"https://127.0.0.1:{https}/dead/x")))
         {
+            request.Headers.Add("traceparent", $"00-{DeadTraceId}-00f067aa0ba902b7-01");
+            using var response = await client.SendAsync(request);
             Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
         }
 
-        await collector.WaitForAsync("/v1/traces", body => body.Contains("\u0012GET /dead/{**rest}", StringComparison.Ordinal) && body.Contains(Attribute("error.type", "502"), StringComparison.Ordinal), tern);
+        var deadExport = await collector.WaitForAsync("/v1/traces", body => body.Contains("\u0012GET /dead/{**rest}", StringComparison.Ordinal) && body.Contains(Attribute("error.type", "502"), StringComparison.Ordinal), tern);
+        var line = await tern.WaitForOutputAsync("GET /dead/x returned 502");
+        var logged = Regex.Match(line, "warn: Tern.Proxy.Forwarding\\[301] => SpanId:([0-9a-f]{16}), TraceId:([0-9a-f]{32}) => ConnectionId:[0-9A-Z]+ GET /dead/x returned 502: ");
+        Assert.True(logged.Success, line);
+        Assert.Equal(DeadTraceId, logged.Groups[2].Value);
+        Assert.Matches(Regex.Escape(Span(Bytes(DeadTraceId), Bytes(logged.Groups[1].Value), Bytes("00f067aa0ba902b7"))) + @".{0,8}\*\u0012GET /dead/\{\*\*rest}", deadExport);
 
         // Not the proxy's requests: the kubelet's probes, YARP's active health probes (every
         // 200 ms here), the demo upstream's own side of each request (plain http).
@@ -188,6 +202,20 @@ public sealed class OtlpExportTests
         var tern = TernProcess.Start(environment);
         await tern.WaitUntilServingAsync(management);
         return (tern, https, management);
+    }
+
+    /// <summary>An id as its bytes appear in an export (protobuf bytes fields are the bytes as they are).</summary>
+    private static string Bytes(string hex) => Encoding.Latin1.GetString(Convert.FromHexString(hex));
+
+    /// <summary>The start of a span (OTLP Span: trace_id, span_id, parent_span_id) as its bytes appear in an export.</summary>
+    private static string Span(string trace, string span, string parent) => $"\n\u0010{trace}\u0012\u0008{span}\"\u0008{parent}";
+
+    /// <summary>The parent span id of span in the export.</summary>
+    private static string ParentOf(string export, string trace, string span)
+    {
+        var match = Regex.Match(export, Regex.Escape($"\n\u0010{trace}\u0012\u0008{span}\"\u0008") + "(.{8})", RegexOptions.Singleline);
+        Assert.True(match.Success, $"span {Convert.ToHexStringLower(Encoding.Latin1.GetBytes(span))} without a parent in the export");
+        return match.Groups[1].Value;
     }
 
     /// <summary>An attribute (OTLP KeyValue) with a string value, as its bytes appear in an export.</summary>
