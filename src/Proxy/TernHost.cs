@@ -10,6 +10,7 @@ using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.DependencyInjection.Extensions;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Console;
 using Microsoft.Extensions.Options;
 using Tern.Proxy.Configuration;
 using Tern.Proxy.Demo;
@@ -137,6 +138,9 @@ public static class TernHost
         // hosting diagnostics on) names its trace and span among its scopes, so that a line and
         // its trace can be found from each other. Read only when a line is written.
         builder.Services.Configure<LoggerFactoryOptions>(o => o.ActivityTrackingOptions = ActivityTrackingOptions.TraceId | ActivityTrackingOptions.SpanId);
+        // The shipped timestamp format ends in the space the simple formatter needs before the
+        // level; in a JSON field it would be part of the value, which RFC 3339 parsers refuse.
+        builder.Services.PostConfigure<JsonConsoleFormatterOptions>(o => o.TimestampFormat = o.TimestampFormat?.TrimEnd());
         options.Logging?.Invoke(builder.Logging);
         // Lines a client can cause at will, each event a few times per window (LogFloods says
         // which and why); every other line goes through as it is.

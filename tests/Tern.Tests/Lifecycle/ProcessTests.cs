@@ -1,3 +1,4 @@
+using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
 using System.Text.Json;
@@ -358,6 +359,35 @@ public abstract class ProcessTests(string engine)
         var line = await tern.WaitForOutputAsync("GET /anything returned 502: the upstream refused the connection (cluster 'app') (route default, cluster app, destination d1)", TimeSpan.FromSeconds(20));
         Assert.Matches(@"Z warn: Tern\.Proxy\.Forwarding\[301] => ConnectionId:[0-9A-Z]+ GET /anything", line); // the connection it came from (no trace: none is exported)
         AssertNoSecondReport(tern);
+    }
+
+    /// <summary>
+    /// Logs as JSON, .NET's own formatter (Logging__Console__FormatterName=json): one object per
+    /// line, its timestamp RFC 3339 (the shipped format's trailing space, there for the simple
+    /// formatter, left out), the line's fields apart, and the connection it came from.
+    /// </summary>
+    [Fact]
+    public async Task DeadUpstream_JsonLogs_OneObjectPerLine_WithTheFieldsAndTheConnection()
+    {
+        await using var app = await TestUpstream.StartAsync("app");
+        var (tern, client, _) = await StartInFrontOfAsync(
+            app, ("ReverseProxy__Clusters__app__Destinations__d1__Address", $"http://127.0.0.1:{FreePort.Next()}/"), ("Logging__Console__FormatterName", "json"));
+        await using var process = tern;
+        using var https = client;
+
+        using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        var line = await tern.WaitForOutputAsync("GET /anything returned 502", TimeSpan.FromSeconds(20));
+        using var json = JsonDocument.Parse(line);
+        var root = json.RootElement;
+        Assert.True(DateTimeOffset.TryParseExact(root.GetProperty("Timestamp").GetString(), "yyyy-MM-dd'T'HH:mm:ss.fff'Z'", CultureInfo.InvariantCulture, DateTimeStyles.AssumeUniversal, out _), line);
+        Assert.Equal("Warning", root.GetProperty("LogLevel").GetString());
+        Assert.Equal("Tern.Proxy.Forwarding", root.GetProperty("Category").GetString());
+        Assert.Equal(502, root.GetProperty("State").GetProperty("Status").GetInt32());
+        Assert.Equal("d1", root.GetProperty("State").GetProperty("Destination").GetString());
+        Assert.Contains(root.GetProperty("Scopes").EnumerateArray(), scope => scope.TryGetProperty("ConnectionId", out var id) && id.GetString()!.Length > 0);
+        Assert.All(tern.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries), l => Assert.StartsWith("{", l, StringComparison.Ordinal)); // start-up lines too
     }
 
     /// <summary>
