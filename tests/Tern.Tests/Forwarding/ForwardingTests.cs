@@ -625,6 +625,46 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.True(elapsed >= TimeSpan.FromSeconds(1.9), $"took {elapsed}: the 800 ms default, not the cluster's 2 s");
     }
 
+    /// <summary>
+    /// Set by a reload, a cluster's Tern.ConnectTimeout applies to the next request (a new client
+    /// for the cluster); taken out by the next reload, Tern's own applies again.
+    /// </summary>
+    [Fact]
+    public async Task ClustersOwnConnectTimeout_SetAndRemovedByReloads_AppliesToTheNextRequest()
+    {
+        using var blackhole = new Blackhole();
+        var config = new TernConfig(engine).Route("all", "dark", "{**any}").Cluster("dark", [$"http://127.0.0.1:{blackhole.Port}/"]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+        const string Ours = "502 Bad Gateway: the upstream did not accept the connection within the cluster's Metadata:Tern.ConnectTimeout (cluster 'dark')\n";
+        const string Terns = "502 Bad Gateway: the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout (cluster 'dark')\n";
+        async Task<string> BadGatewayAsync()
+        {
+            using var response = await client.GetAsync(new Uri("/anything", UriKind.Relative));
+            Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+            return await response.Content.ReadAsStringAsync();
+        }
+
+        Assert.Equal(Terns, await BadGatewayAsync());
+
+        var cluster = (JsonObject)config.ReverseProxy["Clusters"]!["dark"]!;
+        cluster["Metadata"] = new JsonObject { ["Tern.ConnectTimeout"] = "00:00:02" };
+        var logged = tern.Logs.Count;
+        await tern.RewriteConfigAsync(config.ToJson());
+        await tern.Logs.WaitForAsync("Configuration reloaded", after: logged);
+        var watch = Stopwatch.StartNew();
+        Assert.Equal(Ours, await BadGatewayAsync());
+        Assert.True(watch.Elapsed >= TimeSpan.FromSeconds(1.9), $"took {watch.Elapsed}: the 800 ms default, not the cluster's 2 s");
+
+        cluster.Remove("Metadata");
+        logged = tern.Logs.Count;
+        await tern.RewriteConfigAsync(config.ToJson());
+        await tern.Logs.WaitForAsync("Configuration reloaded", after: logged);
+        watch.Restart();
+        Assert.Equal(Terns, await BadGatewayAsync());
+        Assert.True(watch.Elapsed < TimeSpan.FromSeconds(1.9), $"took {watch.Elapsed}: still the cluster's 2 s");
+    }
+
     /// <summary>A loopback listener whose accept queue is full: it drops further SYNs, like a host that never answers.</summary>
     private sealed class Blackhole : IDisposable
     {
