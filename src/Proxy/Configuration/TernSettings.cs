@@ -46,7 +46,7 @@ public sealed record TernSettings
     /// <summary>Whether the upstream's Server response header reaches the client (nginx's proxy_pass_header Server).</summary>
     public bool PassServerHeader { get; init; }
 
-    /// <summary>Whether an upstream's Location at its own address becomes the client's path (nginx's proxy_redirect default).</summary>
+    /// <summary>Whether an upstream's Location (and Refresh URL) at its own address becomes the client's path (nginx's proxy_redirect default).</summary>
     public bool RewriteRedirects { get; init; } = true;
 
     public TimeSpan ConnectTimeout { get; init; } = TimeSpan.FromMilliseconds(800);

@@ -24,6 +24,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     private const string ForwardedHost = "X-Forwarded-Host";
     private const string ForwardedPrefix = "X-Forwarded-Prefix";
     private const string Forwarded = "Forwarded";
+    private const string Refresh = "Refresh";
 
     public void ValidateRoute(TransformRouteValidationContext context)
     {
@@ -176,7 +177,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     /// unless Tern:Forwarding:PassServerHeader; Tern sends none of its own. A Location that points at
     /// the destination's own address (an app that builds redirects from the address it listens on,
     /// or from the Host it got where a route turns RequestHeaderOriginalHost off) becomes the path
-    /// the client used, as nginx's proxy_redirect default does, unless
+    /// the client used, as nginx's proxy_redirect default does (a Refresh header's URL too), unless
     /// Tern:Forwarding:RewriteRedirects is off: on routes whose path reaches the upstream as the
     /// client sent it, or with a prefix removed (PathRemovePrefix), which clientPrefix puts back.
     /// First of the response transforms, so that a route may set its own.
@@ -192,11 +193,25 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
                 headers.Remove(HeaderNames.Server);
             }
 
-            if (clientPrefix is not null && settings.RewriteRedirects && headers.Location.Count == 1
-                && context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config.Address is { } address
-                && ClientLocation(headers.Location[0]!, address, clientPrefix) is { } location)
+            if (clientPrefix is null || !settings.RewriteRedirects)
             {
-                headers.Location = location;
+                return ValueTask.CompletedTask;
+            }
+
+            var location = headers.Location;
+            var refresh = headers[Refresh];
+            if ((location.Count == 1 || refresh.Count == 1)
+                && context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config.Address is { } address)
+            {
+                if (location.Count == 1 && ClientLocation(location[0]!, address, clientPrefix) is { } clientLocation)
+                {
+                    headers.Location = clientLocation;
+                }
+
+                if (refresh.Count == 1 && ClientRefresh(refresh[0]!, address, clientPrefix) is { } clientRefresh)
+                {
+                    headers[Refresh] = clientRefresh;
+                }
             }
 
             return ValueTask.CompletedTask;
@@ -223,6 +238,42 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         }
 
         return string.Concat(clientPrefix, rest.TrimStart('/'));
+    }
+
+    /// <summary>
+    /// A Refresh header (<c>5; url=http://10.0.0.5:8080/login</c>, HTML's meta refresh as a header,
+    /// which nginx's proxy_redirect rewrites too) with its URL made the client's as for a Location,
+    /// or null where it has none at the destination's address. The URL follows <c>url=</c> (any case,
+    /// spaces around the <c>=</c>), in quotes or to the end.
+    /// </summary>
+    internal static string? ClientRefresh(string refresh, string address, string clientPrefix)
+    {
+        var key = refresh.IndexOf("url", StringComparison.OrdinalIgnoreCase);
+        if (key < 0)
+        {
+            return null;
+        }
+
+        var start = key + 3;
+        start += refresh.AsSpan(start).Length - refresh.AsSpan(start).TrimStart(' ').Length;
+        if (start == refresh.Length || refresh[start] != '=')
+        {
+            return null;
+        }
+
+        start++;
+        start += refresh.AsSpan(start).Length - refresh.AsSpan(start).TrimStart(' ').Length;
+        var end = refresh.Length;
+        if (start < refresh.Length && refresh[start] is '\'' or '"')
+        {
+            var closing = refresh.IndexOf(refresh[start], start + 1);
+            end = closing < 0 ? refresh.Length : closing;
+            start++;
+        }
+
+        return ClientLocation(refresh[start..end], address, clientPrefix) is { } location
+            ? string.Concat(refresh.AsSpan(0, start), location, refresh.AsSpan(end))
+            : null;
     }
 
     private sealed class ClientForwardedHeaders(ActiveConfiguration active) : RequestTransform

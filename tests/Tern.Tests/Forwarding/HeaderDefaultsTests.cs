@@ -134,6 +134,33 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
         Assert.Equal(Fill(expected), response.Headers.Location!.OriginalString);
     }
 
+    /// <summary>A Refresh header's URL is made the client's too, as nginx's proxy_redirect does.</summary>
+    [Theory]
+    [InlineData("/refresh", "5; url={self}login", "5; url=/login")]
+    [InlineData("/app/refresh", "0;URL='{self}login?x=1'", "0;URL='/app/login?x=1'")] // quoted, the prefix put back
+    [InlineData("/refresh", "3; url=https://elsewhere.test/", "3; url=https://elsewhere.test/")]
+    [InlineData("/refresh", "30", "30")]
+    public async Task RefreshToTheUpstreamsOwnAddress_BecomesTheClientsPath(string path, string refresh, string expected)
+    {
+        var self = _upstream.Address.ToString();
+        using var client = _tern.CreateClient();
+        using var response = await client.GetAsync(new Uri($"{path}?value={Uri.EscapeDataString(refresh.Replace("{self}", self, StringComparison.Ordinal))}", UriKind.Relative));
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal(expected.Replace("{self}", self, StringComparison.Ordinal), response.Headers.GetValues("Refresh").Single());
+    }
+
+    [Theory]
+    [InlineData("5; url=http://10.0.0.5:8080/login", "5; url=/login")]
+    [InlineData("5;URL = \"http://10.0.0.5:8080/a\" ", "5;URL = \"/a\" ")]
+    [InlineData("5; url=http://10.0.0.5:80801/login", null)] // another port
+    [InlineData("5; url=/login", null)] // relative
+    [InlineData("5; urlx=http://10.0.0.5:8080/login", null)]
+    [InlineData("5; url=", null)]
+    [InlineData("5; url='http://10.0.0.5:8080/open", "5; url='/open")] // the quote never closed
+    public void ClientRefresh_OnlyItsUrlAtTheDestinationsAddress(string refresh, string? expected) =>
+        Assert.Equal(expected, Proxy.Forwarding.EdgeForwardedHeaders.ClientRefresh(refresh, "http://10.0.0.5:8080/", "/"));
+
     [Theory]
     [InlineData("http://10.0.0.5:8080/login", "http://10.0.0.5:8080/", "/", "/login")]
     [InlineData("http://10.0.0.5:8080/base/login", "http://10.0.0.5:8080/base", "/app/", "/app/login")] // a destination with a path

@@ -128,6 +128,8 @@ public sealed class TestUpstream : IAsyncDisposable
             context.Response.StatusCode = StatusCodes.Status302Found;
             context.Response.Headers.Location = context.Request.Query["to"];
         });
+        // A page that sends the client on with a Refresh header, ?value= as given.
+        app.MapGet("/refresh", (HttpContext context) => context.Response.Headers["Refresh"] = context.Request.Query["value"]);
         app.MapGet("/slow/{milliseconds:int}", async (int milliseconds, HttpContext context) =>
         {
             await Task.Delay(milliseconds, context.RequestAborted);
