@@ -1,5 +1,8 @@
+using System.Globalization;
+using System.Reflection;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Console;
 using Tern.Proxy.Tls;
 
 namespace Tern.Proxy.Configuration;
@@ -36,6 +39,7 @@ public sealed record ConfigurationSnapshot(
         var reverseProxy = Values(configuration, ReverseProxyValidator.Section);
         ReverseProxyValidator.Validate(configuration, reverseProxy, reader.Problems);
         CheckLogLevels(configuration, reader.Problems);
+        CheckConsoleOptions(configuration, reader.Problems);
 
         var selfSigned = settings.Certificates.Count == 0;
         var certificates = LoadCertificates(settings, selfSigned, reader.Problems);
@@ -77,6 +81,86 @@ public sealed record ConfigurationSnapshot(
             {
                 problems.Add(new(key, $"'{value}' is not a log level; use Trace, Debug, Information, Warning, Error, Critical or None"));
             }
+        }
+    }
+
+    /// <summary>The console log formats .NET's console logger has (AddConsole registers these three).</summary>
+    private static readonly string[] ConsoleFormats = ["simple", "json", "systemd"];
+
+    /// <summary>
+    /// Logging:Console (ConsoleLoggerOptions) and Logging:Console:FormatterOptions (which every
+    /// format binds), value by value, bound as .NET binds them: a value it cannot convert or
+    /// refuses (QueueFullMode=Drop, MaxQueueLength=0) throws inside the logging system, which at
+    /// start was reported as a ReverseProxy problem or ended the process with a stack trace, and
+    /// a timestamp format .NET cannot format with threw at the first line written. An unknown
+    /// format name would be replaced by simple without a word.
+    /// </summary>
+    private static void CheckConsoleOptions(IConfiguration configuration, List<ConfigurationProblem> problems)
+    {
+        var console = configuration.GetSection(LoggingSection).GetSection("Console");
+        foreach (var (key, value) in console.AsEnumerable(makePathsRelative: true))
+        {
+            if (value is null || key.StartsWith("LogLevel", StringComparison.OrdinalIgnoreCase))
+            {
+                continue;
+            }
+
+            const string Formatter = "FormatterOptions:";
+            var formatter = key.StartsWith(Formatter, StringComparison.OrdinalIgnoreCase);
+            var option = formatter ? key[Formatter.Length..] : key;
+            var problem = (formatter ? [typeof(SimpleConsoleFormatterOptions), typeof(JsonConsoleFormatterOptions)] : new[] { typeof(ConsoleLoggerOptions) })
+                .Select(type => ConsoleOptionProblem(type, option, value)).FirstOrDefault(p => p is not null);
+            if (problem is null && option.Equals(nameof(ConsoleLoggerOptions.FormatterName), StringComparison.OrdinalIgnoreCase) && !formatter
+                && value.Length > 0 && !ConsoleFormats.Contains(value, StringComparer.OrdinalIgnoreCase))
+            {
+                problem = "is not a console log format; use simple, json or systemd";
+            }
+
+            if (problem is null && option.Equals(nameof(ConsoleFormatterOptions.TimestampFormat), StringComparison.OrdinalIgnoreCase) && value.Length > 0)
+            {
+                try
+                {
+                    _ = DateTimeOffset.UnixEpoch.ToString(value, CultureInfo.CurrentCulture); // as the formatters write it
+                }
+                catch (FormatException)
+                {
+                    problem = "is not a .NET date and time format (e.g. yyyy-MM-ddTHH:mm:ss.fffZ)";
+                }
+            }
+
+            if (problem is not null)
+            {
+                problems.Add(new($"{console.Path}:{key}", $"'{value}' {problem}"));
+            }
+        }
+    }
+
+    /// <summary>Why .NET cannot bind value at option (a path under type), or null where it can.</summary>
+    private static string? ConsoleOptionProblem(Type type, string option, string value)
+    {
+        var one = new ConfigurationBuilder().AddInMemoryCollection([new(option, value)]).Build();
+        try
+        {
+            one.Bind(Activator.CreateInstance(type)!);
+            return null;
+        }
+        catch (InvalidOperationException)
+        {
+            // Not convertible to the option's type: say what it takes.
+            var target = option.Split(':').Aggregate((Type?)type, (t, name) => t?.GetProperty(name, BindingFlags.Public | BindingFlags.Instance | BindingFlags.IgnoreCase)?.PropertyType);
+            target = target is null ? null : Nullable.GetUnderlyingType(target) ?? target;
+            return target switch
+            {
+                not null when target == typeof(bool) => "is not true or false",
+                not null when target == typeof(int) => "is not a whole number",
+                { IsEnum: true } => $"is not one of {string.Join(", ", Enum.GetNames(target))}",
+                _ => $"cannot be read as {target?.Name ?? "this option"}",
+            };
+        }
+        catch (Exception ex) when (ex is ArgumentException or TargetInvocationException)
+        {
+            // Converted, and refused by the option itself.
+            return $"is out of range ({(ex is TargetInvocationException { InnerException: { } inner } ? inner : ex).Message})";
         }
     }
 

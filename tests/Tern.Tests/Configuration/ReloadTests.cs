@@ -265,19 +265,23 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         Assert.Equal("first", await EventuallyAsync(client, "/c/name", "first"));
     }
 
-    [Fact]
-    public async Task Reload_LogLevelNetCannotParse_IsRejectedNamingTheKeyAndTernServesOn()
+    /// <summary>
+    /// Logging values .NET cannot use: its logger filter throws on the change itself, and a console
+    /// timestamp format it cannot write with throws at every line written after it; that must
+    /// neither end the process nor go unreported.
+    /// </summary>
+    [Theory]
+    [InlineData("""{ "LogLevel": { "Microsoft": { "AspNetCore": "Verbose" } } }""", "Logging:LogLevel:Microsoft:AspNetCore: 'Verbose' is not a log level")] // Logging__LogLevel__Microsoft__AspNetCore=Verbose
+    [InlineData("""{ "Console": { "FormatterOptions": { "TimestampFormat": "%" } } }""", "Logging:Console:FormatterOptions:TimestampFormat: '%' is not a .NET date and time format")]
+    public async Task Reload_LoggingValueNetCannotUse_IsRejectedNamingTheKeyAndTernServesOn(string logging, string problem)
     {
-        // .NET's logger filter throws on the change itself; that must neither end the process nor
-        // go unreported.
         var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
         await using var tern = await TernInstance.StartAsync(config);
         using var client = tern.CreateClient();
 
-        // What Logging__LogLevel__Microsoft__AspNetCore=Verbose makes.
-        await AddRouteBWithLoggingAsync(tern, config, """{ "LogLevel": { "Microsoft": { "AspNetCore": "Verbose" } } }""");
+        await AddRouteBWithLoggingAsync(tern, config, logging);
 
-        await tern.Logs.WaitForAsync("Configuration reload: Logging:LogLevel:Microsoft:AspNetCore: 'Verbose' is not a log level");
+        await tern.Logs.WaitForAsync($"Configuration reload: {problem}");
         await tern.Logs.WaitForAsync("Configuration reload rejected (1 problem(s))");
         Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
         Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);

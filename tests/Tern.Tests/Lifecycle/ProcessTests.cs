@@ -53,6 +53,11 @@ public abstract class ProcessTests(string engine)
         { "YARP duration NaN", "ReverseProxy__Clusters__app__HttpRequest__ActivityTimeout=NaN", "error: ReverseProxy:Clusters:app:HttpRequest:ActivityTimeout: 'NaN' is not a duration: write [d.]hh:mm:ss; .NET reads a bare number as days" },
         { "YARP duration both a bare number and unreadable", "ReverseProxy__Clusters__app__HttpRequest__ActivityTimeout=1e9", "error: ReverseProxy:Clusters:app:HttpRequest:ActivityTimeout: '1e9' is not a duration: write [d.]hh:mm:ss; .NET reads a bare number as days" },
         { "Kestrel data rate half given", "Kestrel__Limits__MinRequestBodyDataRate__BytesPerSecond=100", "error: Kestrel:Limits:MinRequestBodyDataRate: needs both BytesPerSecond and GracePeriod" },
+        { "console log format unknown", "Logging__Console__FormatterName=xml", "error: Logging:Console:FormatterName: 'xml' is not a console log format; use simple, json or systemd" },
+        { "console log option not a boolean", "Logging__Console__FormatterOptions__IncludeScopes=maybe", "error: Logging:Console:FormatterOptions:IncludeScopes: 'maybe' is not true or false" },
+        { "console log option not one of its names", "Logging__Console__QueueFullMode=Drop", "error: Logging:Console:QueueFullMode: 'Drop' is not one of Wait, DropWrite" },
+        { "console log option .NET refuses", "Logging__Console__MaxQueueLength=0", "error: Logging:Console:MaxQueueLength: '0' is out of range (" },
+        { "console timestamp format .NET cannot write", "Logging__Console__FormatterOptions__TimestampFormat=%", "error: Logging:Console:FormatterOptions:TimestampFormat: '%' is not a .NET date and time format" },
         { "client CA file missing", "Tern__Https__ClientCertificates__Mode=Optional|Tern__Https__ClientCertificates__TrustedCaPath=/nonexistent/ca.crt", "error: Tern:Https:ClientCertificates:TrustedCaPath: cannot read '/nonexistent/ca.crt'" },
     };
 
