@@ -64,12 +64,23 @@ internal sealed class MetricsEndpoint : IDisposable
         {
             // The exporter's problems, with metrics or traces, are logged whatever is exported.
             _otlpLog = new OtlpExportLog(logger);
+            if (Otlp.HeadersProblem() is { } problem)
+            {
+                TernLog.OtlpHeadersIgnored(logger, Otlp.HeadersVariable, problem);
+            }
         }
 
         // Every instrument is then recorded for both readers: measured, see README (Metrics).
         if (Otlp.Exports(Otlp.MetricsExporterVariable, byDefault: true, served: "prometheus", logger))
         {
-            builder.AddOtlpExporter().ConfigureResource(Otlp.NameService);
+            var interval = Otlp.MetricInterval(logger);
+            builder.AddOtlpExporter((_, reader) =>
+            {
+                if (interval is { } ms)
+                {
+                    reader.PeriodicExportingMetricReaderOptions.ExportIntervalMilliseconds = ms;
+                }
+            }).ConfigureResource(Otlp.NameService);
         }
 
         _provider = builder.Build();

@@ -41,10 +41,11 @@ internal static class Otlp
     public static bool Exports(string exporterVariable, bool byDefault, string? served, ILogger logger)
     {
         var endpointSet = EndpointSet;
+        var headersRead = HeadersProblem() is null; // else nothing is pushed, and MetricsEndpoint says why
         var value = Environment.GetEnvironmentVariable(exporterVariable);
         if (string.IsNullOrWhiteSpace(value))
         {
-            return endpointSet && byDefault;
+            return endpointSet && byDefault && headersRead;
         }
 
         var names = value.Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries);
@@ -61,7 +62,61 @@ internal static class Otlp
             TernLog.OtlpSettingIgnored(logger, exporterVariable, value, $"{EndpointVariable} is not set (Tern reads no per-signal endpoint), so nothing is pushed");
         }
 
-        return otlp && endpointSet;
+        return otlp && endpointSet && headersRead;
+    }
+
+    public const string HeadersVariable = "OTEL_EXPORTER_OTLP_HEADERS";
+
+    /// <summary>
+    /// What in <see cref="HeadersVariable"/> the exporter cannot read, or null: it takes the value
+    /// URL-decoded, then name=value entries between commas, and throws while it is built on an
+    /// entry without '=' or without a name (a trailing comma, say), which ended Tern at start. A
+    /// collector that needs those headers (an API key, a tenant) would refuse what came without
+    /// them, so nothing is pushed then. The value is never written out: it may hold a key.
+    /// </summary>
+    public static string? HeadersProblem()
+    {
+        var value = Environment.GetEnvironmentVariable(HeadersVariable);
+        if (string.IsNullOrEmpty(value))
+        {
+            return null;
+        }
+
+        var entries = Uri.UnescapeDataString(value).Split(',');
+        for (var i = 0; i < entries.Length; i++)
+        {
+            var equals = entries[i].IndexOf('=', StringComparison.Ordinal);
+            if (equals < 0 || entries[i].AsSpan(0, equals).Trim().IsEmpty)
+            {
+                var what = entries[i].Trim().Length == 0 ? "is empty" : equals < 0 ? "has no '='" : "has no name before its '='";
+                return $"its entry {i + 1} of {entries.Length} {what}; write name=value entries separated by commas";
+            }
+        }
+
+        return null;
+    }
+
+    public const string MetricIntervalVariable = "OTEL_METRIC_EXPORT_INTERVAL";
+
+    /// <summary>OpenTelemetry's default for <see cref="MetricIntervalVariable"/>, in milliseconds.</summary>
+    public const int DefaultMetricInterval = 60_000;
+
+    /// <summary>
+    /// The metrics' push interval to use in place of <see cref="MetricIntervalVariable"/>'s value,
+    /// with a warning, where that value is not a whole number of milliseconds above 0 (the SDK
+    /// threw on 0 and ended Tern at start, never pushed on -1, and took its default without a word
+    /// on anything else); null where it is one, or unset.
+    /// </summary>
+    public static int? MetricInterval(ILogger logger)
+    {
+        var value = Environment.GetEnvironmentVariable(MetricIntervalVariable);
+        if (string.IsNullOrEmpty(value) || (int.TryParse(value, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var ms) && ms > 0))
+        {
+            return null;
+        }
+
+        TernLog.OtlpSettingIgnored(logger, MetricIntervalVariable, value, $"not a whole number of milliseconds above 0, so the metrics are pushed every {DefaultMetricInterval} ms (OpenTelemetry's default)");
+        return DefaultMetricInterval;
     }
 
     /// <summary>The service is "tern", not unknown_service:Tern.Proxy, unless OTEL_SERVICE_NAME names it.</summary>

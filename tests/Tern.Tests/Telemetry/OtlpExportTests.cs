@@ -168,6 +168,50 @@ public sealed class OtlpExportTests
         Assert.Contains("warn", line, StringComparison.Ordinal);
     }
 
+    /// <summary>
+    /// Headers the exporter cannot read (here a trailing comma) made it throw while it was built,
+    /// which ended Tern at start: one warning naming the variable, never its value (it holds a key
+    /// as often as not), nothing pushed, neither metrics nor traces, and Tern serves on.
+    /// </summary>
+    [Fact]
+    public async Task OtlpHeadersTheExporterCannotRead_OneWarningWithoutTheValue_NothingPushed()
+    {
+        await using var collector = await Collector.StartAsync();
+        var (tern, https, _) = await StartExportingAsync(collector.Address, ("OTEL_TRACES_EXPORTER", "otlp"), ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cret,"));
+        await using var process = tern;
+        using (var client = TrustingClient())
+        {
+            var traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+            Assert.Equal(traceparent, (await EchoedHeadersAsync(client, https, traceparent))["traceparent"]); // no span of Tern's
+        }
+
+        const string Warning = "OTEL_EXPORTER_OTLP_HEADERS not used: its entry 2 of 2 is empty; write name=value entries separated by commas";
+        await tern.WaitForOutputAsync(Warning);
+        await Task.Delay(1000); // three metric intervals
+        var line = Assert.Single(tern.Output.Split('\n'), l => l.Contains(Warning, StringComparison.Ordinal));
+        Assert.Contains("warn", line, StringComparison.Ordinal);
+        Assert.DoesNotContain("s3cret", tern.Output, StringComparison.Ordinal);
+        Assert.Empty(collector.Exports);
+    }
+
+    /// <summary>
+    /// A metric push interval the SDK cannot use (0 made it throw and ended Tern at start): one
+    /// warning naming it, and OpenTelemetry's default in its place.
+    /// </summary>
+    [Fact]
+    public async Task MetricIntervalZero_OneWarningNamingIt_TheDefaultInstead()
+    {
+        await using var collector = await Collector.StartAsync();
+        var (tern, _, management) = await StartExportingAsync(collector.Address, ("OTEL_METRIC_EXPORT_INTERVAL", "0")); // waits on /healthz
+
+        await using var process = tern;
+        const string Warning = "OTEL_METRIC_EXPORT_INTERVAL=0 not used: not a whole number of milliseconds above 0, so the metrics are pushed every 60000 ms (OpenTelemetry's default)";
+        await tern.WaitForOutputAsync(Warning);
+        using var client = new HttpClient();
+        Assert.Equal(HttpStatusCode.OK, (await client.GetAsync(new Uri($"http://127.0.0.1:{management}/metrics"))).StatusCode);
+        Assert.Single(tern.Output.Split('\n'), l => l.Contains(Warning, StringComparison.Ordinal));
+    }
+
     /// <summary>A collector that cannot be reached: Tern serves on and says so, once a minute however often the exporter tries.</summary>
     [Fact]
     public async Task CollectorUnreachable_OneWarningNamingTheVariable_TernServesOn()
