@@ -64,18 +64,16 @@ internal sealed class MetricsEndpoint : IDisposable
         {
             // The exporter's problems, with metrics or traces, are logged whatever is exported.
             _otlpLog = new OtlpExportLog(logger);
-            if (Otlp.HeadersProblem() is { } problem)
-            {
-                TernLog.OtlpHeadersIgnored(logger, Otlp.HeadersVariable, problem);
-            }
+            Otlp.CheckExporterSettings(logger);
         }
 
         // Every instrument is then recorded for both readers: measured, see README (Metrics).
         if (Otlp.Exports(Otlp.MetricsExporterVariable, byDefault: true, served: "prometheus", logger))
         {
             var interval = Otlp.MetricInterval(logger);
-            builder.AddOtlpExporter((_, reader) =>
+            builder.AddOtlpExporter((exporter, reader) =>
             {
+                Otlp.ConfigureExporter(exporter);
                 if (interval is { } ms)
                 {
                     reader.PeriodicExportingMetricReaderOptions.ExportIntervalMilliseconds = ms;

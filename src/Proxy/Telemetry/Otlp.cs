@@ -1,3 +1,4 @@
+using OpenTelemetry.Exporter;
 using OpenTelemetry.Resources;
 
 namespace Tern.Proxy.Telemetry;
@@ -41,7 +42,7 @@ internal static class Otlp
     public static bool Exports(string exporterVariable, bool byDefault, string? served, ILogger logger)
     {
         var endpointSet = EndpointSet;
-        var headersRead = HeadersProblem() is null; // else nothing is pushed, and MetricsEndpoint says why
+        var headersRead = HeadersProblem() is null; // else nothing is pushed (CheckExporterSettings says why)
         var value = Environment.GetEnvironmentVariable(exporterVariable);
         if (string.IsNullOrWhiteSpace(value))
         {
@@ -94,6 +95,42 @@ internal static class Otlp
         }
 
         return null;
+    }
+
+    public const string TimeoutVariable = "OTEL_EXPORTER_OTLP_TIMEOUT";
+
+    /// <summary>OpenTelemetry's default for <see cref="TimeoutVariable"/>, in milliseconds.</summary>
+    public const int DefaultTimeout = 10_000;
+
+    /// <summary>
+    /// Whether <see cref="TimeoutVariable"/> is 0, which the exporter hands to HttpClient, which
+    /// throws, ending Tern at start (the exporter reports other values it cannot read itself,
+    /// event 500, and takes its default).
+    /// </summary>
+    private static bool TimeoutZero =>
+        int.TryParse(Environment.GetEnvironmentVariable(TimeoutVariable), System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var ms) && ms == 0;
+
+    /// <summary>Warns, once for both signals, of the exporter's settings Tern does not use as written (<see cref="HeadersProblem"/>, <see cref="TimeoutZero"/>).</summary>
+    public static void CheckExporterSettings(ILogger logger)
+    {
+        if (HeadersProblem() is { } problem)
+        {
+            TernLog.OtlpHeadersIgnored(logger, HeadersVariable, problem);
+        }
+
+        if (TimeoutZero)
+        {
+            TernLog.OtlpSettingIgnored(logger, TimeoutVariable, Environment.GetEnvironmentVariable(TimeoutVariable)!, $"an export needs some time, so each waits up to {DefaultTimeout} ms (OpenTelemetry's default)");
+        }
+    }
+
+    /// <summary>What each signal's exporter takes in place of the settings <see cref="CheckExporterSettings"/> warns of.</summary>
+    public static void ConfigureExporter(OtlpExporterOptions options)
+    {
+        if (TimeoutZero)
+        {
+            options.TimeoutMilliseconds = DefaultTimeout;
+        }
     }
 
     public const string MetricIntervalVariable = "OTEL_METRIC_EXPORT_INTERVAL";

@@ -52,7 +52,7 @@ internal sealed class TraceExport : IDisposable
             _provider = Sdk.CreateTracerProviderBuilder()
                 .AddSource(Sources)
                 .SetSampler(new RequestsOnly(sampler))
-                .AddOtlpExporter()
+                .AddOtlpExporter(Otlp.ConfigureExporter)
                 .ConfigureResource(Otlp.NameService)
                 .Build();
         }

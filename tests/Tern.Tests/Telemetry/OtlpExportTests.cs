@@ -195,21 +195,26 @@ public sealed class OtlpExportTests
     }
 
     /// <summary>
-    /// A metric push interval the SDK cannot use (0 made it throw and ended Tern at start): one
-    /// warning naming it, and OpenTelemetry's default in its place.
+    /// Values the SDK would throw on while it builds the exporter, ending Tern at start (a metric
+    /// push interval of 0; an export timeout of 0, which it hands to HttpClient): one warning
+    /// naming each, OpenTelemetry's default in its place, and the export goes on.
     /// </summary>
-    [Fact]
-    public async Task MetricIntervalZero_OneWarningNamingIt_TheDefaultInstead()
+    [Theory]
+    [InlineData("OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRIC_EXPORT_INTERVAL=0 not used: not a whole number of milliseconds above 0, so the metrics are pushed every 60000 ms (OpenTelemetry's default)")]
+    [InlineData("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT=0 not used: an export needs some time, so each waits up to 10000 ms (OpenTelemetry's default)")]
+    public async Task ExporterValueTheSdkWouldThrowOn_OneWarningNamingIt_TheDefaultInstead(string variable, string warning)
     {
         await using var collector = await Collector.StartAsync();
-        var (tern, _, management) = await StartExportingAsync(collector.Address, ("OTEL_METRIC_EXPORT_INTERVAL", "0")); // waits on /healthz
-
+        var (tern, https, _) = await StartExportingAsync(collector.Address, (variable, "0"), ("OTEL_TRACES_EXPORTER", "otlp")); // waits on /healthz
         await using var process = tern;
-        const string Warning = "OTEL_METRIC_EXPORT_INTERVAL=0 not used: not a whole number of milliseconds above 0, so the metrics are pushed every 60000 ms (OpenTelemetry's default)";
-        await tern.WaitForOutputAsync(Warning);
-        using var client = new HttpClient();
-        Assert.Equal(HttpStatusCode.OK, (await client.GetAsync(new Uri($"http://127.0.0.1:{management}/metrics"))).StatusCode);
-        Assert.Single(tern.Output.Split('\n'), l => l.Contains(Warning, StringComparison.Ordinal));
+
+        using (var client = TrustingClient())
+        {
+            await EchoedHeadersAsync(client, https, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        }
+
+        await collector.WaitForAsync("/v1/traces", body => body.Contains(Bytes("0af7651916cd43dd8448eb211c80319c"), StringComparison.Ordinal), tern);
+        Assert.Single(tern.Output.Split('\n'), l => l.Contains(warning, StringComparison.Ordinal));
     }
 
     /// <summary>A collector that cannot be reached: Tern serves on and says so, once a minute however often the exporter tries.</summary>
