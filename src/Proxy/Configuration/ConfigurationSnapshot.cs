@@ -75,11 +75,24 @@ public sealed record ConfigurationSnapshot(
     {
         var logging = configuration.GetSection(LoggingSection);
         var levels = logging.GetChildren().Select(c => c.Key.Equals("LogLevel", StringComparison.OrdinalIgnoreCase) ? c : c.GetSection("LogLevel"));
-        foreach (var (key, value) in levels.SelectMany(s => s.AsEnumerable()))
+        foreach (var section in levels)
         {
-            if (!string.IsNullOrEmpty(value) && !Enum.TryParse<LogLevel>(value, ignoreCase: true, out _))
+            foreach (var (key, value) in section.AsEnumerable())
             {
-                problems.Add(new(key, $"'{value}' is not a log level; use Trace, Debug, Information, Warning, Error, Critical or None"));
+                if (string.IsNullOrEmpty(value))
+                {
+                    continue;
+                }
+
+                if (key == section.Path)
+                {
+                    // Logging__LogLevel=Warning: .NET reads categories under it and would ignore this.
+                    problems.Add(new(key, $"'{value}' is given to the section itself, which .NET ignores; name a category: {key}:Default={value}"));
+                }
+                else if (!Enum.TryParse<LogLevel>(value, ignoreCase: true, out _))
+                {
+                    problems.Add(new(key, $"'{value}' is not a log level; use Trace, Debug, Information, Warning, Error, Critical or None"));
+                }
             }
         }
     }

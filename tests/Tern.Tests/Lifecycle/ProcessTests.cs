@@ -53,6 +53,7 @@ public abstract class ProcessTests(string engine)
         { "YARP duration NaN", "ReverseProxy__Clusters__app__HttpRequest__ActivityTimeout=NaN", "error: ReverseProxy:Clusters:app:HttpRequest:ActivityTimeout: 'NaN' is not a duration: write [d.]hh:mm:ss; .NET reads a bare number as days" },
         { "YARP duration both a bare number and unreadable", "ReverseProxy__Clusters__app__HttpRequest__ActivityTimeout=1e9", "error: ReverseProxy:Clusters:app:HttpRequest:ActivityTimeout: '1e9' is not a duration: write [d.]hh:mm:ss; .NET reads a bare number as days" },
         { "Kestrel data rate half given", "Kestrel__Limits__MinRequestBodyDataRate__BytesPerSecond=100", "error: Kestrel:Limits:MinRequestBodyDataRate: needs both BytesPerSecond and GracePeriod" },
+        { "log level given to the section, not a category", "Logging__LogLevel=Warning", "error: Logging:LogLevel: 'Warning' is given to the section itself, which .NET ignores; name a category: Logging:LogLevel:Default=Warning" },
         { "console log format unknown", "Logging__Console__FormatterName=xml", "error: Logging:Console:FormatterName: 'xml' is not a console log format; use simple, json or systemd" },
         { "console log option not a boolean", "Logging__Console__FormatterOptions__IncludeScopes=maybe", "error: Logging:Console:FormatterOptions:IncludeScopes: 'maybe' is not true or false" },
         { "console log option not one of its names", "Logging__Console__QueueFullMode=Drop", "error: Logging:Console:QueueFullMode: 'Drop' is not one of Wait, DropWrite" },
