@@ -283,6 +283,7 @@ public static class TernHost
         builder.Services.AddSingleton<ProxyConfigOutcome>();
         builder.Services.AddSingleton<Yarp.ReverseProxy.Configuration.IConfigChangeListener>(s => s.GetRequiredService<ProxyConfigOutcome>());
         builder.Services.AddSingleton<TlsMetrics>();
+        builder.Services.AddSingleton<Telemetry.OtlpExporterSettings>();
         builder.Services.AddSingleton<Telemetry.MetricsEndpoint>();
         builder.Services.AddSingleton<Telemetry.TraceExport>();
         builder.Services.AddHostedService<ConfigurationReloader>();

@@ -46,7 +46,7 @@ internal sealed class MetricsEndpoint : IDisposable
     private readonly Lock _scrape = new();
     private readonly OtlpExportLog? _otlpLog;
 
-    public MetricsEndpoint(ActiveConfiguration active, ILoggerFactory loggers)
+    public MetricsEndpoint(ActiveConfiguration active, OtlpExporterSettings exporterSettings, ILoggerFactory loggers)
     {
         var logger = loggers.CreateLogger(LogFloods.Telemetry);
         _reader = new BaseExportingMetricReader(_exporter);
@@ -64,16 +64,15 @@ internal sealed class MetricsEndpoint : IDisposable
         {
             // The exporter's problems, with metrics or traces, are logged whatever is exported.
             _otlpLog = new OtlpExportLog(logger);
-            Otlp.CheckExporterSettings(logger);
         }
 
         // Every instrument is then recorded for both readers: measured, see README (Metrics).
-        if (Otlp.Exports(Otlp.MetricsExporterVariable, byDefault: true, served: "prometheus", logger))
+        if (Otlp.Exports(Otlp.MetricsExporterVariable, byDefault: true, served: "prometheus", exporterSettings, logger))
         {
             var interval = Otlp.MetricInterval(logger);
             builder.AddOtlpExporter((exporter, reader) =>
             {
-                Otlp.ConfigureExporter(exporter);
+                exporterSettings.Configure(exporter);
                 if (interval is { } ms)
                 {
                     reader.PeriodicExportingMetricReaderOptions.ExportIntervalMilliseconds = ms;

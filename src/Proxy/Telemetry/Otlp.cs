@@ -1,4 +1,3 @@
-using OpenTelemetry.Exporter;
 using OpenTelemetry.Resources;
 
 namespace Tern.Proxy.Telemetry;
@@ -37,12 +36,13 @@ internal static class Otlp
     /// told to. <c>none</c>, and <paramref name="served"/> (<c>prometheus</c> for the metrics,
     /// which /metrics serves anyway), are taken as they are. Any other exporter (zipkin, console) is one Tern cannot
     /// push, and <c>otlp</c> without the endpoint one it cannot reach (it reads no per-signal
-    /// endpoint): each is one warning naming the variable.
+    /// endpoint): each is one warning naming the variable. Headers the exporter cannot read push
+    /// nothing (<see cref="OtlpExporterSettings"/>).
     /// </summary>
-    public static bool Exports(string exporterVariable, bool byDefault, string? served, ILogger logger)
+    public static bool Exports(string exporterVariable, bool byDefault, string? served, OtlpExporterSettings exporter, ILogger logger)
     {
         var endpointSet = EndpointSet;
-        var headersRead = HeadersProblem() is null; // else nothing is pushed (CheckExporterSettings says why)
+        var headersRead = exporter.HeadersRead; // else nothing is pushed (OtlpExporterSettings says why)
         var value = Environment.GetEnvironmentVariable(exporterVariable);
         if (string.IsNullOrWhiteSpace(value))
         {
@@ -64,73 +64,6 @@ internal static class Otlp
         }
 
         return otlp && endpointSet && headersRead;
-    }
-
-    public const string HeadersVariable = "OTEL_EXPORTER_OTLP_HEADERS";
-
-    /// <summary>
-    /// What in <see cref="HeadersVariable"/> the exporter cannot read, or null: it takes the value
-    /// URL-decoded, then name=value entries between commas, and throws while it is built on an
-    /// entry without '=' or without a name (a trailing comma, say), which ended Tern at start. A
-    /// collector that needs those headers (an API key, a tenant) would refuse what came without
-    /// them, so nothing is pushed then. The value is never written out: it may hold a key.
-    /// </summary>
-    public static string? HeadersProblem()
-    {
-        var value = Environment.GetEnvironmentVariable(HeadersVariable);
-        if (string.IsNullOrEmpty(value))
-        {
-            return null;
-        }
-
-        var entries = Uri.UnescapeDataString(value).Split(',');
-        for (var i = 0; i < entries.Length; i++)
-        {
-            var equals = entries[i].IndexOf('=', StringComparison.Ordinal);
-            if (equals < 0 || entries[i].AsSpan(0, equals).Trim().IsEmpty)
-            {
-                var what = entries[i].Trim().Length == 0 ? "is empty" : equals < 0 ? "has no '='" : "has no name before its '='";
-                return $"its entry {i + 1} of {entries.Length} {what}; write name=value entries separated by commas";
-            }
-        }
-
-        return null;
-    }
-
-    public const string TimeoutVariable = "OTEL_EXPORTER_OTLP_TIMEOUT";
-
-    /// <summary>OpenTelemetry's default for <see cref="TimeoutVariable"/>, in milliseconds.</summary>
-    public const int DefaultTimeout = 10_000;
-
-    /// <summary>
-    /// Whether <see cref="TimeoutVariable"/> is 0, which the exporter hands to HttpClient, which
-    /// throws, ending Tern at start (the exporter reports other values it cannot read itself,
-    /// event 500, and takes its default).
-    /// </summary>
-    private static bool TimeoutZero =>
-        int.TryParse(Environment.GetEnvironmentVariable(TimeoutVariable), System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var ms) && ms == 0;
-
-    /// <summary>Warns, once for both signals, of the exporter's settings Tern does not use as written (<see cref="HeadersProblem"/>, <see cref="TimeoutZero"/>).</summary>
-    public static void CheckExporterSettings(ILogger logger)
-    {
-        if (HeadersProblem() is { } problem)
-        {
-            TernLog.OtlpHeadersIgnored(logger, HeadersVariable, problem);
-        }
-
-        if (TimeoutZero)
-        {
-            TernLog.OtlpSettingIgnored(logger, TimeoutVariable, Environment.GetEnvironmentVariable(TimeoutVariable)!, $"an export needs some time, so each waits up to {DefaultTimeout} ms (OpenTelemetry's default)");
-        }
-    }
-
-    /// <summary>What each signal's exporter takes in place of the settings <see cref="CheckExporterSettings"/> warns of.</summary>
-    public static void ConfigureExporter(OtlpExporterOptions options)
-    {
-        if (TimeoutZero)
-        {
-            options.TimeoutMilliseconds = DefaultTimeout;
-        }
     }
 
     public const string MetricIntervalVariable = "OTEL_METRIC_EXPORT_INTERVAL";

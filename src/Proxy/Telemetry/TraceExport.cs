@@ -44,15 +44,15 @@ internal sealed class TraceExport : IDisposable
 
     private readonly TracerProvider? _provider;
 
-    public TraceExport(ILoggerFactory loggers)
+    public TraceExport(OtlpExporterSettings exporterSettings, ILoggerFactory loggers)
     {
         var logger = loggers.CreateLogger(LogFloods.Telemetry);
-        if (Otlp.Exports(Otlp.TracesExporterVariable, byDefault: false, served: null, logger) && ReadSampler(logger) is { } sampler)
+        if (Otlp.Exports(Otlp.TracesExporterVariable, byDefault: false, served: null, exporterSettings, logger) && ReadSampler(logger) is { } sampler)
         {
             _provider = Sdk.CreateTracerProviderBuilder()
                 .AddSource(Sources)
                 .SetSampler(new RequestsOnly(sampler))
-                .AddOtlpExporter(Otlp.ConfigureExporter)
+                .AddOtlpExporter(exporterSettings.Configure)
                 .ConfigureResource(Otlp.NameService)
                 .Build();
         }

@@ -169,15 +169,31 @@ public sealed class OtlpExportTests
     }
 
     /// <summary>
-    /// Headers the exporter cannot read (here a trailing comma) made it throw while it was built,
-    /// which ended Tern at start: one warning naming the variable, never its value (it holds a key
-    /// as often as not), nothing pushed, neither metrics nor traces, and Tern serves on.
+    /// OTEL_EXPORTER_OTLP_HEADERS (an API key, a tenant) go with every export, read as the
+    /// exporter reads them: URL-decoded, a trailing comma left alone.
+    /// </summary>
+    [Fact]
+    public async Task OtlpHeaders_GoWithEachExport()
+    {
+        await using var collector = await Collector.StartAsync();
+        var (tern, _, _) = await StartExportingAsync(collector.Address, ("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme%20corp,"));
+        await using var process = tern;
+
+        await collector.WaitForAsync("/v1/metrics", _ => true, tern);
+        Assert.All(collector.Exports, e => Assert.Equal("acme corp", e.Tenant));
+    }
+
+    /// <summary>
+    /// Headers the exporter cannot read (here an empty entry between two; a name given twice,
+    /// or an entry without '=', alike) made it throw while it was built, which ended Tern at start:
+    /// one warning naming the variable, never its value (it holds a key as often as not), nothing
+    /// pushed, neither metrics nor traces, and Tern serves on.
     /// </summary>
     [Fact]
     public async Task OtlpHeadersTheExporterCannotRead_OneWarningWithoutTheValue_NothingPushed()
     {
         await using var collector = await Collector.StartAsync();
-        var (tern, https, _) = await StartExportingAsync(collector.Address, ("OTEL_TRACES_EXPORTER", "otlp"), ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cret,"));
+        var (tern, https, _) = await StartExportingAsync(collector.Address, ("OTEL_TRACES_EXPORTER", "otlp"), ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cret,,x-tenant=acme"));
         await using var process = tern;
         using (var client = TrustingClient())
         {
@@ -185,7 +201,7 @@ public sealed class OtlpExportTests
             Assert.Equal(traceparent, (await EchoedHeadersAsync(client, https, traceparent))["traceparent"]); // no span of Tern's
         }
 
-        const string Warning = "OTEL_EXPORTER_OTLP_HEADERS not used: its entry 2 of 2 is empty; write name=value entries separated by commas";
+        const string Warning = "OTEL_EXPORTER_OTLP_HEADERS not used: the OTLP exporter cannot read it (write name=value entries separated by commas, each name once";
         await tern.WaitForOutputAsync(Warning);
         await Task.Delay(1000); // three metric intervals
         var line = Assert.Single(tern.Output.Split('\n'), l => l.Contains(Warning, StringComparison.Ordinal));
@@ -304,13 +320,14 @@ public sealed class OtlpExportTests
             {
                 using var body = new MemoryStream();
                 await context.Request.Body.CopyToAsync(body);
-                Exports.Enqueue((context.Request.Path.Value!, context.Request.ContentType, Encoding.Latin1.GetString(body.ToArray()))); // protobuf: strings are plain bytes
+                Exports.Enqueue((context.Request.Path.Value!, context.Request.ContentType, Encoding.Latin1.GetString(body.ToArray()), context.Request.Headers["x-tenant"].ToString())); // protobuf: strings are plain bytes
             });
         }
 
         public string Address => _app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.Single();
 
-        public ConcurrentQueue<(string Path, string? ContentType, string Body)> Exports { get; } = new();
+        /// <summary>Each export: its path, content type, body and x-tenant header.</summary>
+        public ConcurrentQueue<(string Path, string? ContentType, string Body, string Tenant)> Exports { get; } = new();
 
         public static async Task<Collector> StartAsync()
         {
