@@ -1,8 +1,10 @@
 using System.Globalization;
 using System.Reflection;
 using Microsoft.Extensions.Configuration;
+using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Console;
+using Microsoft.Extensions.Options;
 using Tern.Proxy.Tls;
 
 namespace Tern.Proxy.Configuration;
@@ -100,81 +102,103 @@ public sealed record ConfigurationSnapshot(
     /// <summary>The console log formats .NET's console logger has (AddConsole registers these three).</summary>
     private static readonly string[] ConsoleFormats = ["simple", "json", "systemd"];
 
+    /// <summary>The sections .NET's console logger reads its options from, under Logging.</summary>
+    private static readonly string[] ConsoleSections = ["Console", "Microsoft.Extensions.Logging.Console.ConsoleLoggerProvider"];
+
     /// <summary>
-    /// Logging:Console (ConsoleLoggerOptions) and Logging:Console:FormatterOptions (which every
-    /// format binds), value by value, bound as .NET binds them: a value it cannot convert or
-    /// refuses (QueueFullMode=Drop, MaxQueueLength=0) throws inside the logging system, which at
-    /// start was reported as a ReverseProxy problem or ended the process with a stack trace, and
-    /// a timestamp format .NET cannot format with threw at the first line written. An unknown
-    /// format name would be replaced by simple without a word.
+    /// The console logger's options (Logging:Console, and FormatterOptions under it, which every
+    /// format reads), value by value, as .NET reads them: a value it cannot convert or refuses
+    /// (QueueFullMode=Drop, MaxQueueLength=0) throws inside the logging system, which at start was
+    /// reported as a ReverseProxy problem or ended the process with a stack trace, and a
+    /// timestamp format .NET cannot format with threw at the first line written. An unknown
+    /// format name would be replaced by simple without a word. Empty values .NET leaves alone.
     /// </summary>
     private static void CheckConsoleOptions(IConfiguration configuration, List<ConfigurationProblem> problems)
     {
-        var console = configuration.GetSection(LoggingSection).GetSection("Console");
-        foreach (var (key, value) in console.AsEnumerable(makePathsRelative: true))
+        foreach (var console in ConsoleSections.Select(configuration.GetSection(LoggingSection).GetSection))
         {
-            if (value is null || key.StartsWith("LogLevel", StringComparison.OrdinalIgnoreCase))
+            foreach (var (key, value) in console.AsEnumerable(makePathsRelative: true))
             {
-                continue;
-            }
-
-            const string Formatter = "FormatterOptions:";
-            var formatter = key.StartsWith(Formatter, StringComparison.OrdinalIgnoreCase);
-            var option = formatter ? key[Formatter.Length..] : key;
-            var problem = (formatter ? [typeof(SimpleConsoleFormatterOptions), typeof(JsonConsoleFormatterOptions)] : new[] { typeof(ConsoleLoggerOptions) })
-                .Select(type => ConsoleOptionProblem(type, option, value)).FirstOrDefault(p => p is not null);
-            if (problem is null && option.Equals(nameof(ConsoleLoggerOptions.FormatterName), StringComparison.OrdinalIgnoreCase) && !formatter
-                && value.Length > 0 && !ConsoleFormats.Contains(value, StringComparer.OrdinalIgnoreCase))
-            {
-                problem = "is not a console log format; use simple, json or systemd";
-            }
-
-            if (problem is null && option.Equals(nameof(ConsoleFormatterOptions.TimestampFormat), StringComparison.OrdinalIgnoreCase) && value.Length > 0)
-            {
-                try
+                if (string.IsNullOrEmpty(value) || key.Equals("LogLevel", StringComparison.OrdinalIgnoreCase) || key.StartsWith("LogLevel:", StringComparison.OrdinalIgnoreCase))
                 {
-                    _ = DateTimeOffset.UnixEpoch.ToString(value, CultureInfo.CurrentCulture); // as the formatters write it
+                    continue;
                 }
-                catch (FormatException)
-                {
-                    problem = "is not a .NET date and time format (e.g. yyyy-MM-ddTHH:mm:ss.fffZ)";
-                }
-            }
 
-            if (problem is not null)
-            {
-                problems.Add(new($"{console.Path}:{key}", $"'{value}' {problem}"));
+                var problem = ConsoleOptionProblem(console.Key, key, value);
+                if (problem is null && key.Equals(nameof(ConsoleLoggerOptions.FormatterName), StringComparison.OrdinalIgnoreCase)
+                    && !ConsoleFormats.Contains(value, StringComparer.OrdinalIgnoreCase))
+                {
+                    problem = "is not a console log format; use simple, json or systemd";
+                }
+
+                if (problem is null && key.EndsWith(nameof(ConsoleFormatterOptions.TimestampFormat), StringComparison.OrdinalIgnoreCase))
+                {
+                    try
+                    {
+                        _ = DateTimeOffset.UnixEpoch.ToString(value, CultureInfo.CurrentCulture); // as the formatters write it
+                    }
+                    catch (FormatException)
+                    {
+                        problem = "is not a .NET date and time format (e.g. yyyy-MM-ddTHH:mm:ss.fffZ)";
+                    }
+                }
+
+                if (problem is not null)
+                {
+                    problems.Add(new($"{console.Path}:{key}", $"'{value}' {problem}"));
+                }
             }
         }
     }
 
-    /// <summary>Why .NET cannot bind value at option (a path under type), or null where it can.</summary>
-    private static string? ConsoleOptionProblem(Type type, string option, string value)
+    /// <summary>
+    /// Why .NET's console logger cannot take value at key (under the section named section), or
+    /// null: a logging system of its own with that one value, asked for the logger's and each
+    /// format's options, as Tern's is when the value arrives.
+    /// </summary>
+    private static string? ConsoleOptionProblem(string section, string key, string value)
     {
-        var one = new ConfigurationBuilder().AddInMemoryCollection([new(option, value)]).Build();
+        var services = new ServiceCollection();
+        services.AddLogging(logging => logging
+            .AddConfiguration(new ConfigurationBuilder().AddInMemoryCollection([new($"{section}:{key}", value)]).Build())
+            .AddConsole());
+        using var provider = services.BuildServiceProvider();
         try
         {
-            one.Bind(Activator.CreateInstance(type)!);
+            _ = provider.GetRequiredService<IOptionsMonitor<ConsoleLoggerOptions>>().CurrentValue;
+            _ = provider.GetRequiredService<IOptionsMonitor<SimpleConsoleFormatterOptions>>().CurrentValue;
+            _ = provider.GetRequiredService<IOptionsMonitor<JsonConsoleFormatterOptions>>().CurrentValue;
+            _ = provider.GetRequiredService<IOptionsMonitor<ConsoleFormatterOptions>>().CurrentValue;
             return null;
         }
-        catch (InvalidOperationException)
+        catch (Exception ex) when (ex is ArgumentException or FormatException or OverflowException or InvalidOperationException or TargetInvocationException)
         {
+            var cause = ex is TargetInvocationException { InnerException: { } inner } ? inner : ex;
+            if (cause is ArgumentOutOfRangeException)
+            {
+                return $"is out of range ({cause.Message})"; // converted, and refused by the option itself
+            }
+
             // Not convertible to the option's type: say what it takes.
-            var target = option.Split(':').Aggregate((Type?)type, (t, name) => t?.GetProperty(name, BindingFlags.Public | BindingFlags.Instance | BindingFlags.IgnoreCase)?.PropertyType);
-            target = target is null ? null : Nullable.GetUnderlyingType(target) ?? target;
+            const string Formatter = "FormatterOptions:";
+            var target = key.StartsWith(Formatter, StringComparison.OrdinalIgnoreCase)
+                ? OptionType(typeof(SimpleConsoleFormatterOptions), key[Formatter.Length..]) ?? OptionType(typeof(JsonConsoleFormatterOptions), key[Formatter.Length..])
+                : OptionType(typeof(ConsoleLoggerOptions), key);
             return target switch
             {
                 not null when target == typeof(bool) => "is not true or false",
                 not null when target == typeof(int) => "is not a whole number",
                 { IsEnum: true } => $"is not one of {string.Join(", ", Enum.GetNames(target))}",
-                _ => $"cannot be read as {target?.Name ?? "this option"}",
+                _ => $"cannot be read ({cause.Message})",
             };
         }
-        catch (Exception ex) when (ex is ArgumentException or TargetInvocationException)
-        {
-            // Converted, and refused by the option itself.
-            return $"is out of range ({(ex is TargetInvocationException { InnerException: { } inner } ? inner : ex).Message})";
-        }
+    }
+
+    /// <summary>The type of the option at path (a:b, any case) under root, nullable types unwrapped; null where there is none.</summary>
+    private static Type? OptionType(Type root, string path)
+    {
+        var type = path.Split(':').Aggregate((Type?)root, (t, name) => t?.GetProperty(name, BindingFlags.Public | BindingFlags.Instance | BindingFlags.IgnoreCase)?.PropertyType);
+        return type is null ? null : Nullable.GetUnderlyingType(type) ?? type;
     }
 
     private static byte[] LoadTicketKeys(string? path, List<ConfigurationProblem> problems)
