@@ -156,6 +156,8 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     [InlineData("5; url=http://10.0.0.5:80801/login", null)] // another port
     [InlineData("5; url=/login", null)] // relative
     [InlineData("5; urlx=http://10.0.0.5:8080/login", null)]
+    [InlineData("5;\tURL\t=\thttp://10.0.0.5:8080/t", "5;\tURL\t=\t/t")]
+    [InlineData("5; curl; url=http://10.0.0.5:8080/second", "5; curl; url=/second")] // the first "url" with an '='
     [InlineData("5; url=", null)]
     [InlineData("5; url='http://10.0.0.5:8080/open", "5; url='/open")] // the quote never closed
     public void ClientRefresh_OnlyItsUrlAtTheDestinationsAddress(string refresh, string? expected) =>
