@@ -36,12 +36,11 @@ internal sealed class OtlpExporterSettings
         }
 
         // The exporter hands 0 to HttpClient, which throws; it reports other values it cannot
-        // read itself (event 500) and takes its default.
-        var timeout = Environment.GetEnvironmentVariable(TimeoutVariable);
-        _timeoutZero = int.TryParse(timeout, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var ms) && ms == 0;
+        // read itself (event 500) and takes its default. Read as it reads the variable.
+        _timeoutZero = new OtlpExporterOptions().TimeoutMilliseconds == 0;
         if (_timeoutZero)
         {
-            TernLog.OtlpSettingIgnored(logger, TimeoutVariable, timeout!, $"an export needs some time, so each waits up to {DefaultTimeout} ms (OpenTelemetry's default)");
+            TernLog.OtlpSettingIgnored(logger, TimeoutVariable, "0", $"an export needs some time, so each waits up to {DefaultTimeout} ms (OpenTelemetry's default)");
         }
     }
 
@@ -68,11 +67,6 @@ internal sealed class OtlpExporterSettings
     /// </summary>
     private static bool ExporterReadsHeaders()
     {
-        if (string.IsNullOrWhiteSpace(Environment.GetEnvironmentVariable(HeadersVariable)))
-        {
-            return true;
-        }
-
         try
         {
             using var probe = new OtlpTraceExporter(new OtlpExporterOptions { Endpoint = new Uri("http://127.0.0.1:4318"), TimeoutMilliseconds = DefaultTimeout });
