@@ -19,8 +19,18 @@ internal static class Otlp
     /// </summary>
     public const string EndpointVariable = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
+    /// <summary>
+    /// An OpenTelemetry variable as the SDK reads it, through .NET's configuration, which takes
+    /// its name in any case (otel_exporter_otlp_endpoint too); null where it is not set.
+    /// </summary>
+    public static string? Variable(string name) =>
+        Environment.GetEnvironmentVariable(name)
+        ?? (Environment.GetEnvironmentVariables().Keys.Cast<string>().FirstOrDefault(key => key.Equals(name, StringComparison.OrdinalIgnoreCase)) is { } other
+            ? Environment.GetEnvironmentVariable(other)
+            : null);
+
     /// <summary>Whether <see cref="EndpointVariable"/> names a collector.</summary>
-    public static bool EndpointSet => !string.IsNullOrEmpty(Environment.GetEnvironmentVariable(EndpointVariable));
+    public static bool EndpointSet => !string.IsNullOrEmpty(Variable(EndpointVariable));
 
     public const string MetricsExporterVariable = "OTEL_METRICS_EXPORTER";
 
@@ -43,7 +53,7 @@ internal static class Otlp
     {
         var endpointSet = EndpointSet;
         var headersRead = exporter.HeadersRead; // else nothing is pushed (OtlpExporterSettings says why)
-        var value = Environment.GetEnvironmentVariable(exporterVariable);
+        var value = Variable(exporterVariable);
         if (string.IsNullOrWhiteSpace(value))
         {
             return endpointSet && byDefault && headersRead;
@@ -79,7 +89,7 @@ internal static class Otlp
     /// </summary>
     public static int? MetricInterval(ILogger logger)
     {
-        var value = Environment.GetEnvironmentVariable(MetricIntervalVariable);
+        var value = Variable(MetricIntervalVariable);
         if (string.IsNullOrEmpty(value) || (int.TryParse(value, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var ms) && ms > 0))
         {
             return null;
@@ -92,7 +102,7 @@ internal static class Otlp
     /// <summary>The service is "tern", not unknown_service:Tern.Proxy, unless OTEL_SERVICE_NAME names it.</summary>
     public static void NameService(ResourceBuilder resource)
     {
-        if (string.IsNullOrEmpty(Environment.GetEnvironmentVariable("OTEL_SERVICE_NAME")))
+        if (string.IsNullOrEmpty(Variable("OTEL_SERVICE_NAME")))
         {
             resource.AddService("tern");
         }

@@ -70,7 +70,7 @@ internal sealed class TraceExport : IDisposable
     /// </summary>
     private static Sampler? ReadSampler(ILogger logger)
     {
-        var name = Environment.GetEnvironmentVariable(SamplerVariable);
+        var name = Otlp.Variable(SamplerVariable);
         if (string.IsNullOrEmpty(name))
         {
             name = "parentbased_always_on";
@@ -83,7 +83,7 @@ internal sealed class TraceExport : IDisposable
         }
 
         var ratio = 1.0; // OpenTelemetry's default
-        var argument = Environment.GetEnvironmentVariable(SamplerArgumentVariable);
+        var argument = Otlp.Variable(SamplerArgumentVariable);
         if (name.EndsWith("traceidratio", StringComparison.OrdinalIgnoreCase) && !string.IsNullOrWhiteSpace(argument)
             && !(double.TryParse(argument, NumberStyles.Float, CultureInfo.InvariantCulture, out ratio) && ratio is >= 0 and <= 1))
         {
