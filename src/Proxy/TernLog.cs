@@ -99,8 +99,11 @@ internal static partial class TernLog
     [LoggerMessage(501, LogLevel.Warning, "{Variable}={Value} not used: {Consequence}")]
     public static partial void OtlpSettingIgnored(ILogger logger, string variable, string value, string consequence);
 
-    [LoggerMessage(502, LogLevel.Warning, "{Variable} not used: the OTLP exporter cannot read it (write name=value entries separated by commas, each name once, User-Agent not among them; the value is not shown, as it may hold a key), so nothing is pushed")]
+    [LoggerMessage(502, LogLevel.Warning, "{Variable} not used: the OTLP exporter cannot read it (write name=value entries separated by commas, each name once and a valid HTTP header name, User-Agent not among them; the value is not shown, as it may hold a key), so nothing is pushed")]
     public static partial void OtlpHeadersIgnored(ILogger logger, string variable);
+
+    [LoggerMessage(503, LogLevel.Warning, "OTLP export off: the exporter cannot be made with the OTEL_ settings ({Message}), so nothing is pushed")]
+    public static partial void OtlpExporterNotMade(ILogger logger, string message);
 
     [LoggerMessage(400, LogLevel.Information, "Tern listening: HTTPS {HttpsPort}, HTTP {HttpPort} (redirects to HTTPS {RedirectPort}), management {ManagementPort}")]
     public static partial void Listening(ILogger logger, int httpsPort, int httpPort, int redirectPort, int managementPort);

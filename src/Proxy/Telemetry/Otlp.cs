@@ -1,3 +1,4 @@
+using Microsoft.Extensions.Configuration;
 using OpenTelemetry.Resources;
 
 namespace Tern.Proxy.Telemetry;
@@ -21,13 +22,10 @@ internal static class Otlp
 
     /// <summary>
     /// An OpenTelemetry variable as the SDK reads it, through .NET's configuration, which takes
-    /// its name in any case (otel_exporter_otlp_endpoint too); null where it is not set.
+    /// its name in any case (otel_exporter_otlp_endpoint too, the last one listed where two
+    /// differ in case); null where it is not set. Read at start only.
     /// </summary>
-    public static string? Variable(string name) =>
-        Environment.GetEnvironmentVariable(name)
-        ?? (Environment.GetEnvironmentVariables().Keys.Cast<string>().FirstOrDefault(key => key.Equals(name, StringComparison.OrdinalIgnoreCase)) is { } other
-            ? Environment.GetEnvironmentVariable(other)
-            : null);
+    public static string? Variable(string name) => new ConfigurationBuilder().AddEnvironmentVariables().Build()[name];
 
     /// <summary>Whether <see cref="EndpointVariable"/> names a collector.</summary>
     public static bool EndpointSet => !string.IsNullOrEmpty(Variable(EndpointVariable));
@@ -46,17 +44,17 @@ internal static class Otlp
     /// told to. <c>none</c>, and <paramref name="served"/> (<c>prometheus</c> for the metrics,
     /// which /metrics serves anyway), are taken as they are. Any other exporter (zipkin, console) is one Tern cannot
     /// push, and <c>otlp</c> without the endpoint one it cannot reach (it reads no per-signal
-    /// endpoint): each is one warning naming the variable. Headers the exporter cannot read push
-    /// nothing (<see cref="OtlpExporterSettings"/>).
+    /// endpoint): each is one warning naming the variable. Settings the exporter cannot be made
+    /// with (headers it cannot read, say) push nothing (<see cref="OtlpExporterSettings"/>).
     /// </summary>
     public static bool Exports(string exporterVariable, bool byDefault, string? served, OtlpExporterSettings exporter, ILogger logger)
     {
         var endpointSet = EndpointSet;
-        var headersRead = exporter.HeadersRead; // else nothing is pushed (OtlpExporterSettings says why)
+        var usable = exporter.Usable; // else nothing is pushed (OtlpExporterSettings says why)
         var value = Variable(exporterVariable);
         if (string.IsNullOrWhiteSpace(value))
         {
-            return endpointSet && byDefault && headersRead;
+            return endpointSet && byDefault && usable;
         }
 
         var names = value.Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries);
@@ -73,7 +71,7 @@ internal static class Otlp
             TernLog.OtlpSettingIgnored(logger, exporterVariable, value, $"{EndpointVariable} is not set (Tern reads no per-signal endpoint), so nothing is pushed");
         }
 
-        return otlp && endpointSet && headersRead;
+        return otlp && endpointSet && usable;
     }
 
     public const string MetricIntervalVariable = "OTEL_METRIC_EXPORT_INTERVAL";

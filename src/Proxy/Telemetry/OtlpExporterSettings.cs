@@ -29,11 +29,7 @@ internal sealed class OtlpExporterSettings
         }
 
         var logger = loggers.CreateLogger(LogFloods.Telemetry);
-        HeadersRead = ExporterReadsHeaders();
-        if (!HeadersRead)
-        {
-            TernLog.OtlpHeadersIgnored(logger, HeadersVariable);
-        }
+        Usable = ExporterCanBeMade(logger);
 
         // The exporter hands 0 to HttpClient, which throws; it reports other values it cannot
         // read itself (event 500) and takes its default. Read as it reads the variable.
@@ -45,11 +41,12 @@ internal sealed class OtlpExporterSettings
     }
 
     /// <summary>
-    /// Whether the exporter can read <see cref="HeadersVariable"/>. A collector that needs those
-    /// headers (an API key, a tenant) would refuse what came without them, so nothing is pushed
-    /// where it cannot. The value is never written out: it may hold a key.
+    /// Whether an exporter can be made with the OTEL_ settings as they are. Headers it cannot
+    /// read would make every export go without them (an API key, a tenant), which the collector
+    /// would refuse, so nothing is pushed where it cannot, and the same where it cannot be made at
+    /// all (OTEL_EXPORTER_OTLP_CERTIFICATE naming a missing file, say).
     /// </summary>
-    public bool HeadersRead { get; } = true;
+    public bool Usable { get; } = true;
 
     /// <summary>What each signal's exporter takes in place of the settings warned of.</summary>
     public void Configure(OtlpExporterOptions options)
@@ -61,20 +58,43 @@ internal sealed class OtlpExporterSettings
     }
 
     /// <summary>
-    /// Asks the exporter itself: it reads the variable when it is made (URL-decoded, name=value
-    /// entries between commas, names trimmed, into a dictionary that also holds its User-Agent)
-    /// and throws on an entry without '=' or a name given twice. Nothing is sent.
+    /// Asks the exporter itself: it reads its variables when it is made, the headers URL-decoded,
+    /// name=value entries between commas, names trimmed, into a dictionary that also holds its
+    /// User-Agent, and throws on an entry without '=' or a name given twice. A name HTTP does
+    /// not allow (empty, with a space) passes there and fails every export, so it is checked
+    /// after. Nothing is sent; the probe is shut down (its Dispose stops nothing). The headers'
+    /// value is never written out: it may hold a key.
     /// </summary>
-    private static bool ExporterReadsHeaders()
+    private static bool ExporterCanBeMade(ILogger logger)
     {
         try
         {
-            using var probe = new OtlpTraceExporter(new OtlpExporterOptions { Endpoint = new Uri("http://127.0.0.1:4318"), TimeoutMilliseconds = DefaultTimeout });
-            return true;
+            var probe = new OtlpTraceExporter(new OtlpExporterOptions { Endpoint = new Uri("http://127.0.0.1:4318"), TimeoutMilliseconds = DefaultTimeout });
+            probe.Shutdown(0);
+            probe.Dispose();
         }
         catch (ArgumentException)
         {
+            TernLog.OtlpHeadersIgnored(logger, HeadersVariable);
             return false;
         }
+#pragma warning disable CA1031 // whatever the exporter throws on its settings must not end Tern
+        catch (Exception ex)
+#pragma warning restore CA1031
+        {
+            TernLog.OtlpExporterNotMade(logger, OtlpExportLog.FirstLine(ex.Message));
+            return false;
+        }
+
+        using var request = new HttpRequestMessage();
+        var names = Uri.UnescapeDataString(Otlp.Variable(HeadersVariable) ?? "").Split(',', StringSplitOptions.RemoveEmptyEntries)
+            .Select(entry => entry.Split('=', 2)[0].Trim());
+        if (names.Any(name => !request.Headers.TryAddWithoutValidation(name, "")))
+        {
+            TernLog.OtlpHeadersIgnored(logger, HeadersVariable);
+            return false;
+        }
+
+        return true;
     }
 }

@@ -183,17 +183,26 @@ public sealed class OtlpExportTests
         Assert.All(collector.Exports, e => Assert.Equal("acme corp", e.Tenant));
     }
 
+    private const string HeadersWarning = "OTEL_EXPORTER_OTLP_HEADERS not used: the OTLP exporter cannot read it (write name=value entries separated by commas, each name once and a valid HTTP header name";
+
     /// <summary>
-    /// Headers the exporter cannot read (here an empty entry between two; a name given twice,
-    /// or an entry without '=', alike) made it throw while it was built, which ended Tern at start:
-    /// one warning naming the variable, never its value (it holds a key as often as not), nothing
-    /// pushed, neither metrics nor traces, and Tern serves on.
+    /// Settings the exporter cannot be made with: headers it throws on while it is built (an
+    /// empty entry between two, a name given twice, its own User-Agent), which ended Tern at start,
+    /// or a name HTTP does not allow, on which every export failed; or a CA file that is not
+    /// there. One warning naming the setting, never the headers' value (it holds a key as often as
+    /// not), nothing pushed, neither metrics nor traces, and Tern serves on.
     /// </summary>
-    [Fact]
-    public async Task OtlpHeadersTheExporterCannotRead_OneWarningWithoutTheValue_NothingPushed()
+    [Theory]
+    [InlineData("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cret,,x-tenant=acme", HeadersWarning)]
+    [InlineData("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cret,x-api-key=s3cret2", HeadersWarning)]
+    [InlineData("OTEL_EXPORTER_OTLP_HEADERS", "User-Agent=s3cret", HeadersWarning)]
+    [InlineData("OTEL_EXPORTER_OTLP_HEADERS", "=s3cret", HeadersWarning)]
+    [InlineData("OTEL_EXPORTER_OTLP_HEADERS", "x api key=s3cret", HeadersWarning)]
+    [InlineData("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem", "OTLP export off: the exporter cannot be made with the OTEL_ settings (CA Certificate file not found at path: /nonexistent/ca.pem), so nothing is pushed")]
+    public async Task OtlpSettingsTheExporterCannotBeMadeWith_OneWarningWithoutTheHeaders_NothingPushed(string variable, string value, string warning)
     {
         await using var collector = await Collector.StartAsync();
-        var (tern, https, _) = await StartExportingAsync(collector.Address, ("OTEL_TRACES_EXPORTER", "otlp"), ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cret,,x-tenant=acme"));
+        var (tern, https, _) = await StartExportingAsync(collector.Address, ("OTEL_TRACES_EXPORTER", "otlp"), (variable, value));
         await using var process = tern;
         using (var client = TrustingClient())
         {
@@ -201,10 +210,9 @@ public sealed class OtlpExportTests
             Assert.Equal(traceparent, (await EchoedHeadersAsync(client, https, traceparent))["traceparent"]); // no span of Tern's
         }
 
-        const string Warning = "OTEL_EXPORTER_OTLP_HEADERS not used: the OTLP exporter cannot read it (write name=value entries separated by commas, each name once";
-        await tern.WaitForOutputAsync(Warning);
+        await tern.WaitForOutputAsync(warning);
         await Task.Delay(1000); // three metric intervals
-        var line = Assert.Single(tern.Output.Split('\n'), l => l.Contains(Warning, StringComparison.Ordinal));
+        var line = Assert.Single(tern.Output.Split('\n'), l => l.Contains(warning, StringComparison.Ordinal));
         Assert.Contains("warn", line, StringComparison.Ordinal);
         Assert.DoesNotContain("s3cret", tern.Output, StringComparison.Ordinal);
         Assert.Empty(collector.Exports);
@@ -218,6 +226,7 @@ public sealed class OtlpExportTests
     [Theory]
     [InlineData("OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRIC_EXPORT_INTERVAL=0 not used: not a whole number of milliseconds above 0, so the metrics are pushed every 60000 ms (OpenTelemetry's default)")]
     [InlineData("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT=0 not used: an export needs some time, so each waits up to 10000 ms (OpenTelemetry's default)")]
+    [InlineData("otel_exporter_otlp_timeout", "OTEL_EXPORTER_OTLP_TIMEOUT=0 not used: an export needs some time, so each waits up to 10000 ms (OpenTelemetry's default)")] // the SDK reads names in any case
     public async Task ExporterValueTheSdkWouldThrowOn_OneWarningNamingIt_TheDefaultInstead(string variable, string warning)
     {
         await using var collector = await Collector.StartAsync();
