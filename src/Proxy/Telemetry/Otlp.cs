@@ -1,3 +1,4 @@
+using System.Globalization;
 using Microsoft.Extensions.Configuration;
 using OpenTelemetry.Resources;
 
@@ -7,7 +8,9 @@ namespace Tern.Proxy.Telemetry;
 /// OpenTelemetry's standard variables that decide what Tern pushes over OTLP: a collector named by
 /// <see cref="EndpointVariable"/> gets the metrics unless OTEL_METRICS_EXPORTER leaves out
 /// <c>otlp</c>, and the traces where OTEL_TRACES_EXPORTER names it. The exporter reads the rest
-/// itself (protocol, headers, timeout, intervals); <see cref="TraceExport"/> reads the sampler.
+/// itself (protocol, headers, timeout, intervals), where Tern has checked first what it would
+/// throw on (<see cref="OtlpExporterSettings"/>, <see cref="MetricInterval"/>);
+/// <see cref="TraceExport"/> reads the sampler.
 /// </summary>
 internal static class Otlp
 {
@@ -88,7 +91,7 @@ internal static class Otlp
     public static int? MetricInterval(ILogger logger)
     {
         var value = Variable(MetricIntervalVariable);
-        if (string.IsNullOrEmpty(value) || (int.TryParse(value, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var ms) && ms > 0))
+        if (string.IsNullOrEmpty(value) || (int.TryParse(value, NumberStyles.None, CultureInfo.InvariantCulture, out var ms) && ms > 0))
         {
             return null;
         }

@@ -138,8 +138,8 @@ public sealed class OtlpExportTests
         const string TraceId = "4bf92f3577b34da6a3ce929d0e0e4736";
         await EchoedHeadersAsync(client, https, $"00-{TraceId}-00f067aa0ba902b7-01");
 
-        await collector.WaitForAsync("/v1/traces", body => body.Contains(Encoding.Latin1.GetString(Convert.FromHexString(TraceId)), StringComparison.Ordinal), tern);
-        var unsampledTrace = Encoding.Latin1.GetString(Convert.FromHexString(unsampled.Split('-')[1]));
+        await collector.WaitForAsync("/v1/traces", body => body.Contains(Bytes(TraceId), StringComparison.Ordinal), tern);
+        var unsampledTrace = Bytes(unsampled.Split('-')[1]);
         Assert.DoesNotContain(collector.Exports, e => e.Body.Contains(unsampledTrace, StringComparison.Ordinal));
     }
 
