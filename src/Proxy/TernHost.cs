@@ -288,6 +288,9 @@ public static class TernHost
         builder.Services.AddSingleton<Telemetry.TraceExport>();
         builder.Services.AddHostedService<ConfigurationReloader>();
         builder.Services.Configure<HostOptions>(o => o.ShutdownTimeout = settings.DrainTimeout);
+        // A route's Timeout (YARP's, the whole request's) is carried out by ASP.NET Core's request
+        // timeouts; without them every request of such a route was a 500.
+        builder.Services.AddRequestTimeouts();
         builder.Services.AddReverseProxy()
             .LoadFromConfig(gate.Root.GetSection(ReverseProxyValidator.Section))
             .AddTransforms<EdgeForwardedHeaders>();
@@ -386,6 +389,7 @@ public static class TernHost
 
         app.Use(EdgeRequests.InvokeAsync);
         app.UseRouting();
+        app.UseRequestTimeouts();
         app.Use(PlainHttpPolicy.InvokeAsync);
         app.MapReverseProxy(proxy =>
         {

@@ -2,6 +2,7 @@ using System.Net.Sockets;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Http.Features;
+using Microsoft.AspNetCore.Http.Timeouts;
 using Microsoft.Extensions.Logging;
 using Tern.Proxy.Configuration;
 using Yarp.ReverseProxy.Configuration;
@@ -48,6 +49,18 @@ internal static class ProxyErrorResponses
             return;
         }
 
+        var cluster = proxy.Cluster.Config;
+        var destination = proxy.ProxiedDestination?.DestinationId ?? "-";
+
+        // The route's Timeout (ASP.NET Core's request timeout) ended the request: it cancels the
+        // token YARP reads as the client's, so YARP reports the client gone. The upstream was too
+        // slow: 504, or, once the response began, a cut response (YARP resets the client then).
+        if (context.Features.Get<IHttpRequestTimeoutFeature>()?.RequestTimeoutToken.IsCancellationRequested == true)
+        {
+            await UpstreamFailedAsync((StatusCodes.Status504GatewayTimeout, $"the upstream of cluster '{cluster.ClusterId}' did not complete the response within the route's Timeout"));
+            return;
+        }
+
         // An upstream may answer before it has read the request body (an HTTP/2 upstream refusing
         // an upload, say). YARP then copies the whole response and only after it reports the body's
         // copy as failed, with the body's own exception; a request body that failed while the
@@ -63,8 +76,6 @@ internal static class ProxyErrorResponses
             return;
         }
 
-        var cluster = proxy.Cluster.Config;
-        var destination = proxy.ProxiedDestination?.DestinationId ?? "-";
         if (error.Error == ForwarderError.UpgradeActivityTimeout)
         {
             // An upgraded connection (a WebSocket) that carried nothing either way for the

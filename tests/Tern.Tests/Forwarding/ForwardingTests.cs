@@ -760,6 +760,41 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.InRange(watch.Elapsed, TimeSpan.FromSeconds(0.9), TimeSpan.FromSeconds(4.9));
     }
 
+    /// <summary>
+    /// A route's Timeout (YARP's, for the whole request): a response not begun within it is a 504
+    /// naming it, one begun is cut so that the client cannot take it for whole, and a quicker one
+    /// passes. Before ASP.NET Core's request timeouts were added, every request of such a route
+    /// was a 500.
+    /// </summary>
+    [Fact]
+    public async Task SlowUpstream_RoutesTimeout_504BeforeTheResponse_CutAfter()
+    {
+        var config = new TernConfig(engine).Route("all", "app", "{**catch-all}", new JsonObject { ["Timeout"] = "00:00:01" }).Cluster("app", [_upstream]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+        Assert.Equal("up", await client.GetStringAsync(new Uri("/name", UriKind.Relative)));
+
+        var watch = Stopwatch.StartNew();
+        using (var response = await client.GetAsync(new Uri("/slow/5000", UriKind.Relative)))
+        {
+            watch.Stop();
+            Assert.Equal(HttpStatusCode.GatewayTimeout, response.StatusCode);
+            Assert.Equal("504 Gateway Timeout: the upstream of cluster 'app' did not complete the response within the route's Timeout\n", await response.Content.ReadAsStringAsync());
+            Assert.InRange(watch.Elapsed, TimeSpan.FromSeconds(0.9), TimeSpan.FromSeconds(4.9)); // the route's 1 s, not the upstream's 5 s
+        }
+
+        await tern.Logs.WaitForAsync("GET /slow/5000 returned 504: the upstream of cluster 'app' did not complete the response within the route's Timeout (route all, cluster app, destination d1)");
+
+        // 10 chunks a 300 ms apart: begun, then cut at 1 s.
+        using (var response = await client.GetAsync(new Uri("/stream/10/300", UriKind.Relative), HttpCompletionOption.ResponseHeadersRead))
+        {
+            Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+            await Assert.ThrowsAnyAsync<Exception>(() => response.Content.ReadAsByteArrayAsync());
+        }
+
+        await tern.Logs.WaitForAsync("GET /stream/10/300 was cut short after its 200 response began: the upstream of cluster 'app' did not complete the response within the route's Timeout");
+    }
+
     [Fact]
     public async Task NoRouteMatches_Returns404WithReason()
     {
