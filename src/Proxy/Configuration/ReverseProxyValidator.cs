@@ -49,6 +49,20 @@ internal static partial class ReverseProxyValidator
                 problems.Add(new($"{route.Path}:ClusterId", $"cluster '{clusterId}' is not defined under ReverseProxy:Clusters"));
             }
 
+            // YARP hands it to Kestrel on each request, which throws on a value below -1: a 500 each time.
+            var bodySize = route["MaxRequestBodySize"];
+            if (!string.IsNullOrEmpty(bodySize) && long.TryParse(bodySize, System.Globalization.NumberStyles.Integer, System.Globalization.CultureInfo.InvariantCulture, out var size) && size < -1)
+            {
+                problems.Add(new($"{route.Path}:MaxRequestBodySize", $"'{bodySize}' is out of range: a number of bytes, or -1 for no limit"));
+            }
+
+            // YARP accepts it, and it does nothing without ASP.NET Core's output caching, which Tern
+            // does not run: the operator would believe responses are cached.
+            if (!string.IsNullOrEmpty(route["OutputCachePolicy"]))
+            {
+                problems.Add(new($"{route.Path}:OutputCachePolicy", "is not supported by Tern, which caches no responses; remove it"));
+            }
+
             var allowPlain = route[$"Metadata:{AllowPlainHttpMetadata}"];
             if (allowPlain is not null && !bool.TryParse(allowPlain, out _))
             {
