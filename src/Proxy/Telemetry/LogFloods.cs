@@ -29,6 +29,12 @@ namespace Tern.Proxy.Telemetry;
 /// The OTLP exporter's problems (<see cref="OtlpExportLog"/>): a collector that cannot be reached
 /// fails every export interval; one line per minute.
 /// </para>
+/// <para>
+/// YARP's failed active health probe (event 17): a dead destination made a warning with the
+/// exception's whole stack (about 3 KB) at every probe interval; one line per minute, its reason
+/// (Connection refused (10.0.0.5:8080)) in place of the stack. YARP's line for a destination's
+/// change of health (event 49) passes as it is.
+/// </para>
 /// </remarks>
 internal sealed class LogFloods : ILoggerFactory
 {
@@ -42,6 +48,11 @@ internal sealed class LogFloods : ILoggerFactory
     public const int RequestLinesPerSecond = 10;
 
     public const string Telemetry = "Tern.Proxy.Telemetry";
+
+    public const string YarpHealthProbes = "Yarp.ReverseProxy.Health.ActiveHealthCheckMonitor";
+
+    /// <summary>YARP's line for a failed active health probe, with the exception's whole stack.</summary>
+    public const int YarpProbeFailed = 17;
 
     /// <summary>OtlpExportLog's event: the exporter's problems, once per export interval.</summary>
     public const int OtlpExport = 500;
@@ -64,12 +75,15 @@ internal sealed class LogFloods : ILoggerFactory
         _rules =
         [
             new(KestrelHttp2, KestrelHttp2Flood, KestrelHttp2Flood, 1, kestrelMs, LogLevel.Warning,
-                $" Kestrel closed it: the client reset HTTP/2 streams faster than they could be cleared (a flood). At most one such line every {Seconds(kestrelMs)} s; how many more came follows at the end of that time.",
+                _ => $" Kestrel closed it: the client reset HTTP/2 streams faster than they could be cleared (a flood). At most one such line every {Seconds(kestrelMs)} s; how many more came follows at the end of that time.",
                 (_, n) => $"Kestrel's line for an HTTP/2 flood (event 60) came {n} more time{(n == 1 ? "" : "s")} in the {Seconds(kestrelMs)} s after the last one written, and was left out."),
             new(Forwarding, 300, 399, RequestLinesPerSecond, requestMs, null, null,
                 (id, n) => $"Event {id} came {n} more time{(n == 1 ? "" : "s")} within {Seconds(requestMs)} s of its first line, beyond the {RequestLinesPerSecond} written, and was left out (Tern writes at most {RequestLinesPerSecond} lines of each per-request event per {Seconds(requestMs)} s; the metrics count every request)."),
             new(Telemetry, OtlpExport, OtlpExport, 1, otlpMs, null, null,
                 (_, n) => $"The OTLP exporter reported {n} more problem{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last one written, left out."),
+            new(YarpHealthProbes, YarpProbeFailed, YarpProbeFailed, 1, otlpMs, null,
+                exception => $" {exception?.Message} At most one such line every {Seconds(otlpMs)} s; how many more came follows at the end of that time.",
+                (_, n) => $"YARP's active health probes failed {n} more time{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last line written, left out (a destination's change of health is logged each time)."),
         ];
     }
 
@@ -107,10 +121,11 @@ internal sealed class LogFloods : ILoggerFactory
 
     /// <summary>
     /// Which events of a category are held to Lines per window (from the first line written in
-    /// it); Level, if set, is the level they are written at (else their own), with Suffix after their
-    /// text; Count is the line at a window's end, from the event and how many were left out.
+    /// it); Level, if set, is the level they are written at (else their own), with Suffix (made
+    /// from the exception, whose stack is then left out) after their text; Count is the line at a
+    /// window's end, from the event and how many were left out.
     /// </summary>
-    private sealed record Rule(string Category, int FirstEvent, int LastEvent, int Lines, long WindowMs, LogLevel? Level, string? Suffix, Func<int, int, string> Count)
+    private sealed record Rule(string Category, int FirstEvent, int LastEvent, int Lines, long WindowMs, LogLevel? Level, Func<Exception?, string>? Suffix, Func<int, int, string> Count)
     {
         /// <summary>Each event's window, made at its first line; shared by every logger of the category.</summary>
         public Window?[] Windows { get; } = new Window?[LastEvent - FirstEvent + 1];
@@ -232,8 +247,9 @@ internal sealed class LogFloods : ILoggerFactory
             window.WriteCount(lastWindow);
             if (rule.Suffix is { } suffix)
             {
-                // Kestrel's exception only repeats the message; it was never thrown, so it has no stack.
-                inner.Log(level, eventId, state, null, (s, _) => formatter(s, null) + suffix);
+                // The exception's stack says nothing an operator can act on (Kestrel's only repeats
+                // the message; YARP's probe is a connection refused): its message, if any, ends the line.
+                inner.Log(level, eventId, state, null, (s, _) => formatter(s, null) + suffix(exception));
             }
             else
             {

@@ -370,6 +370,30 @@ public abstract class ProcessTests(string engine)
     }
 
     /// <summary>
+    /// YARP's active health probes of a dead destination: one line with the reason, not a warning
+    /// with the exception's whole stack at every probe (at most one a minute), and the
+    /// destination's change of health as YARP writes it.
+    /// </summary>
+    [Fact]
+    public async Task DeadDestination_ActiveHealthChecks_OneProbeLineWithItsReason_NoStack()
+    {
+        await using var app = await TestUpstream.StartAsync("app");
+        var dead = FreePort.Next();
+        var (tern, _, _) = await StartInFrontOfAsync(
+            app,
+            ("ReverseProxy__Clusters__app__Destinations__d1__Address", $"http://127.0.0.1:{dead}/"),
+            ("ReverseProxy__Clusters__app__HealthCheck__Active__Enabled", "true"),
+            ("ReverseProxy__Clusters__app__HealthCheck__Active__Interval", "00:00:00.200"));
+        await using var process = tern;
+
+        await tern.WaitForOutputAsync("Active health state of destination `d1` on cluster `app` is set to 'Unhealthy'.");
+        await Task.Delay(1500); // seven more probes
+        var probe = Assert.Single(tern.Output.Split('\n'), l => l.Contains("Probing destination `d1` on cluster `app` failed.", StringComparison.Ordinal));
+        Assert.Contains($"failed. Connection refused (127.0.0.1:{dead}) At most one such line every 60 s", probe, StringComparison.Ordinal);
+        AssertNoSecondReport(tern);
+    }
+
+    /// <summary>
     /// Logs as JSON, .NET's own formatter (Logging__Console__FormatterName=json): one object per
     /// line, its timestamp RFC 3339 (the shipped format's trailing space, there for the simple
     /// formatter, left out), the line's fields apart, and the connection it came from.
