@@ -107,11 +107,17 @@ internal static partial class ReverseProxyValidator
                 }
             }
 
-            // YARP's HashCookie policy needs System.IO.Hashing, which this build cannot ship (see Directory.Packages.props).
+            // YARP's HashCookie policy needs System.IO.Hashing, which this build cannot ship (see
+            // Directory.Packages.props); it is YARP's default where no policy is named, and then
+            // every request of the cluster failed on the missing assembly.
             var policy = cluster["SessionAffinity:Policy"];
             if (string.Equals(policy, "HashCookie", StringComparison.OrdinalIgnoreCase))
             {
                 problems.Add(new($"{cluster.Path}:SessionAffinity:Policy", "HashCookie is not supported by Tern; use Cookie or ArrCookie"));
+            }
+            else if (string.IsNullOrEmpty(policy) && bool.TryParse(cluster["SessionAffinity:Enabled"], out var affinity) && affinity)
+            {
+                problems.Add(new($"{cluster.Path}:SessionAffinity:Policy", "is required: YARP's default, HashCookie, is not supported by Tern; set Cookie or ArrCookie"));
             }
         }
     }
