@@ -30,6 +30,12 @@ namespace Tern.Proxy.Telemetry;
 /// fails every export interval; one line per minute.
 /// </para>
 /// <para>
+/// YARP's line for an affinity cookie or header it cannot decrypt (event 38 of its Cookie and
+/// CustomHeader policies): any client can send one, and a cookie another replica set is one, yet
+/// YARP wrote each at Error with the exception's stack. At Warning, once per 10 s, its reason in
+/// place of the stack; the request is served (YARP picks a destination again).
+/// </para>
+/// <para>
 /// YARP's failed active health probe (event 17): a dead destination made a warning with the
 /// exception's whole stack (about 3 KB) at every probe interval; one line per minute, its reason
 /// (Connection refused (10.0.0.5:8080)) in place of the stack. YARP's line for a destination's
@@ -53,6 +59,13 @@ internal sealed class LogFloods : ILoggerFactory
 
     /// <summary>YARP's line for a failed active health probe, with the exception's whole stack.</summary>
     public const int YarpProbeFailed = 17;
+
+    public const string YarpCookieAffinity = "Yarp.ReverseProxy.SessionAffinity.CookieSessionAffinityPolicy";
+
+    public const string YarpHeaderAffinity = "Yarp.ReverseProxy.SessionAffinity.CustomHeaderSessionAffinityPolicy";
+
+    /// <summary>YARP's line for an affinity key it could not decrypt, at Error with the exception's whole stack.</summary>
+    public const int YarpAffinityUnreadable = 38;
 
     /// <summary>OtlpExportLog's event: the exporter's problems, once per export interval.</summary>
     public const int OtlpExport = 500;
@@ -81,6 +94,9 @@ internal sealed class LogFloods : ILoggerFactory
                 (id, n) => $"Event {id} came {n} more time{(n == 1 ? "" : "s")} within {Seconds(requestMs)} s of its first line, beyond the {RequestLinesPerSecond} written, and was left out (Tern writes at most {RequestLinesPerSecond} lines of each per-request event per {Seconds(requestMs)} s; the metrics count every request)."),
             new(Telemetry, OtlpExport, OtlpExport, 1, otlpMs, null, null,
                 (_, n) => $"The OTLP exporter reported {n} more problem{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last one written, left out."),
+            .. ((string[])[YarpCookieAffinity, YarpHeaderAffinity]).Select(category => new Rule(category, YarpAffinityUnreadable, YarpAffinityUnreadable, 1, kestrelMs, LogLevel.Warning,
+                exception => $" {exception?.Message} The client's affinity key was set by another replica or before a restart (Data Protection keys not shared), or altered; YARP picked a destination again. At most one such line every {Seconds(kestrelMs)} s; how many more came follows at the end of that time.",
+                (_, n) => $"YARP's line for an affinity key it could not decrypt (event {YarpAffinityUnreadable}) came {n} more time{(n == 1 ? "" : "s")} in the {Seconds(kestrelMs)} s after the last one written, and was left out.")),
             new(YarpHealthProbes, YarpProbeFailed, YarpProbeFailed, 1, otlpMs, null,
                 exception => $" {exception?.Message} At most one such line every {Seconds(otlpMs)} s; how many more came follows at the end of that time.",
                 (_, n) => $"YARP's active health probes failed {n} more time{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last line written, left out (a destination's change of health is logged each time)."),

@@ -371,6 +371,39 @@ public abstract class ProcessTests(string engine)
     }
 
     /// <summary>
+    /// Affinity cookies Tern cannot decrypt (altered by the client, or set by another replica or
+    /// before a restart): each request is served, YARP choosing a destination again, and the line
+    /// YARP wrote for each at Error with the exception's stack, which any client could repeat at
+    /// will, is one warning with the reason, at most one every 10 s.
+    /// </summary>
+    [Fact]
+    public async Task AffinityCookieTernCannotDecrypt_Served_OneWarningWithoutStack()
+    {
+        await using var app = await TestUpstream.StartAsync("app");
+        var (tern, client, _) = await StartInFrontOfAsync(
+            app,
+            ("ReverseProxy__Clusters__app__SessionAffinity__Enabled", "true"),
+            ("ReverseProxy__Clusters__app__SessionAffinity__Policy", "Cookie"),
+            ("ReverseProxy__Clusters__app__SessionAffinity__AffinityKeyName", "tern-affinity"));
+        await using var process = tern;
+        using var https = client;
+
+        for (var i = 0; i < 5; i++)
+        {
+            using var request = new HttpRequestMessage(HttpMethod.Get, new Uri("/name", UriKind.Relative));
+            request.Headers.Add("Cookie", $"tern-affinity=CfDJ8altered{i}");
+            using var response = await client.SendAsync(request);
+            Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        }
+
+        var line = await tern.WaitForOutputAsync("The request affinity key decryption failed.");
+        Assert.Contains("warn: Yarp.ReverseProxy.SessionAffinity.CookieSessionAffinityPolicy[38]", line, StringComparison.Ordinal);
+        Assert.Contains("YARP picked a destination again. At most one such line every 10 s", line, StringComparison.Ordinal);
+        Assert.Single(tern.Output.Split('\n'), l => l.Contains("affinity key decryption failed", StringComparison.Ordinal));
+        AssertNoSecondReport(tern);
+    }
+
+    /// <summary>
     /// YARP's active health probes of a dead destination: one line with the reason, not a warning
     /// with the exception's whole stack at every probe (at most one a minute), and the
     /// destination's change of health as YARP writes it.
