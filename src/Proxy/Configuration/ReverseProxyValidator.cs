@@ -56,8 +56,8 @@ internal static partial class ReverseProxyValidator
                 problems.Add(new($"{route.Path}:MaxRequestBodySize", $"'{bodySize}' is out of range: a number of bytes, or -1 for no limit"));
             }
 
-            // YARP accepts it, and it does nothing without ASP.NET Core's output caching, which Tern
-            // does not run: the operator would believe responses are cached.
+            // YARP 2.1 does not read it (and Tern runs no output cache): the operator would believe
+            // responses are cached.
             if (!string.IsNullOrEmpty(route["OutputCachePolicy"]))
             {
                 problems.Add(new($"{route.Path}:OutputCachePolicy", "is not supported by Tern, which caches no responses; remove it"));

@@ -43,21 +43,14 @@ internal static class ProxyErrorResponses
 
         var proxy = context.GetReverseProxyFeature();
         var route = proxy.Route.Config.RouteId;
-        if (context.RequestServices.GetRequiredService<Microsoft.Extensions.Hosting.IHostApplicationLifetime>().ApplicationStopping.IsCancellationRequested && context.RequestAborted.IsCancellationRequested)
+
+        // The route's Timeout (ASP.NET Core's request timeout) cancels the token YARP and Tern read
+        // as the client's: then it does not mean the client left, nor that shutdown cut the request.
+        var timedOut = context.Features.Get<IHttpRequestTimeoutFeature>()?.RequestTimeoutToken.IsCancellationRequested == true;
+        var clientGone = context.RequestAborted.IsCancellationRequested && !timedOut;
+        if (clientGone && context.RequestServices.GetRequiredService<Microsoft.Extensions.Hosting.IHostApplicationLifetime>().ApplicationStopping.IsCancellationRequested)
         {
             TernLog.CutByShutdown(Logger(context), context.Request.Method, context.Request.Path, route);
-            return;
-        }
-
-        var cluster = proxy.Cluster.Config;
-        var destination = proxy.ProxiedDestination?.DestinationId ?? "-";
-
-        // The route's Timeout (ASP.NET Core's request timeout) ended the request: it cancels the
-        // token YARP reads as the client's, so YARP reports the client gone. The upstream was too
-        // slow: 504, or, once the response began, a cut response (YARP resets the client then).
-        if (context.Features.Get<IHttpRequestTimeoutFeature>()?.RequestTimeoutToken.IsCancellationRequested == true)
-        {
-            await UpstreamFailedAsync((StatusCodes.Status504GatewayTimeout, $"the upstream of cluster '{cluster.ClusterId}' did not complete the response within the route's Timeout"));
             return;
         }
 
@@ -68,11 +61,30 @@ internal static class ProxyErrorResponses
         // failure. So with no AggregateException the client got its whole answer, begun or not (a
         // 401 or 413 without content has not started yet): nothing failed that it or the upstream
         // should hear about.
-        var clientGone = context.RequestAborted.IsCancellationRequested;
         var answeredWhole = error.Exception is not AggregateException;
         if (answeredWhole && (error.Error is ForwarderError.RequestBodyDestination
             || (!clientGone && error.Error is ForwarderError.RequestBodyClient or ForwarderError.RequestBodyCanceled)))
         {
+            return;
+        }
+
+        var cluster = proxy.Cluster.Config;
+        var destination = proxy.ProxiedDestination?.DestinationId ?? "-";
+        if (timedOut)
+        {
+            // Which side was still at it when the Timeout ran out: the client sending its body
+            // (408, as nginx's client_body_timeout), the client reading the response, or the
+            // upstream (504; once the response began, it is cut: YARP resets the client then).
+            var failure = error.Error switch
+            {
+                ForwarderError.RequestBodyClient or ForwarderError.RequestBodyCanceled =>
+                    (Status: StatusCodes.Status408RequestTimeout, Reason: "the client did not finish sending the request body within the route's Timeout"),
+                ForwarderError.ResponseBodyClient when context.Response.HasStarted =>
+                    (Status: StatusCodes.Status504GatewayTimeout, Reason: "the client did not read the whole response within the route's Timeout"),
+                _ => (Status: StatusCodes.Status504GatewayTimeout, Reason: $"the upstream of cluster '{cluster.ClusterId}' did not complete the response within the route's Timeout"),
+            };
+            var close = failure.Status == StatusCodes.Status408RequestTimeout && HttpProtocol.IsHttp11(context.Request.Protocol); // the rest of the body cannot be framed
+            await UpstreamFailedAsync(failure, $"route Timeout {proxy.Route.Config.Timeout}", close);
             return;
         }
 
@@ -176,16 +188,16 @@ internal static class ProxyErrorResponses
 
         // The upstream's failure: answered with its status and reason, or, when part of the
         // upstream's response is already on the wire (YARP then reset the client), logged as cut.
-        async Task UpstreamFailedAsync((int Status, string Reason) failure)
+        async Task UpstreamFailedAsync((int Status, string Reason) failure, string? detail = null, bool close = false)
         {
             if (context.Response.HasStarted)
             {
-                TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, failure.Reason, route, cluster.ClusterId, destination, Detail(error.Exception));
+                TernLog.UpstreamCutResponse(Logger(context), context.Request.Method, context.Request.Path, context.Response.StatusCode, failure.Reason, route, cluster.ClusterId, destination, detail ?? Detail(error.Exception));
                 return;
             }
 
-            TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, failure.Status, failure.Reason, route, cluster.ClusterId, destination, Detail(error.Exception));
-            await RespondAsync(context, failure.Status, failure.Reason);
+            TernLog.UpstreamFailed(Logger(context), context.Request.Method, context.Request.Path, failure.Status, failure.Reason, route, cluster.ClusterId, destination, detail ?? Detail(error.Exception));
+            await RespondAsync(context, failure.Status, failure.Reason, close);
         }
     }
 

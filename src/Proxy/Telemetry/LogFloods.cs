@@ -1,3 +1,5 @@
+using Tern.Proxy.Forwarding;
+
 namespace Tern.Proxy.Telemetry;
 
 /// <summary>
@@ -95,10 +97,10 @@ internal sealed class LogFloods : ILoggerFactory
             new(Telemetry, OtlpExport, OtlpExport, 1, otlpMs, null, null,
                 (_, n) => $"The OTLP exporter reported {n} more problem{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last one written, left out."),
             .. ((string[])[YarpCookieAffinity, YarpHeaderAffinity]).Select(category => new Rule(category, YarpAffinityUnreadable, YarpAffinityUnreadable, 1, kestrelMs, LogLevel.Warning,
-                exception => $" {exception?.Message} The client's affinity key was set by another replica or before a restart (Data Protection keys not shared), or altered; YARP picked a destination again. At most one such line every {Seconds(kestrelMs)} s; how many more came follows at the end of that time.",
+                exception => $" {Reason(exception)}. The client's affinity key was set by another replica or before a restart (Data Protection keys not shared), or altered; YARP picked a destination again. At most one such line every {Seconds(kestrelMs)} s; how many more came follows at the end of that time.",
                 (_, n) => $"YARP's line for an affinity key it could not decrypt (event {YarpAffinityUnreadable}) came {n} more time{(n == 1 ? "" : "s")} in the {Seconds(kestrelMs)} s after the last one written, and was left out.")),
             new(YarpHealthProbes, YarpProbeFailed, YarpProbeFailed, 1, otlpMs, null,
-                exception => $" {exception?.Message} At most one such line every {Seconds(otlpMs)} s; how many more came follows at the end of that time.",
+                exception => $" {(exception is OperationCanceledException ? "No answer within the cluster's HealthCheck:Active:Timeout" : Reason(exception))}. At most one such line every {Seconds(otlpMs)} s; how many more came follows at the end of that time.",
                 (_, n) => $"YARP's active health probes failed {n} more time{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last line written, left out (a destination's change of health is logged each time)."),
         ];
     }
@@ -131,6 +133,24 @@ internal sealed class LogFloods : ILoggerFactory
         }
 
         _inner.Dispose();
+    }
+
+    /// <summary>
+    /// What an exception says, for a line in place of its stack: its own message and, where it
+    /// does not hold it already, its innermost one (Connection refused (10.0.0.5:8080); The SSL
+    /// connection could not be established, see inner exception: The remote certificate is
+    /// invalid ...), without a final period.
+    /// </summary>
+    private static string Reason(Exception? exception)
+    {
+        if (exception is null)
+        {
+            return "-";
+        }
+
+        var outer = exception.Message.TrimEnd('.');
+        var innermost = ProxyErrorResponses.Detail(exception).TrimEnd('.');
+        return outer.Contains(innermost, StringComparison.Ordinal) ? outer : $"{outer}: {innermost}";
     }
 
     private static string Seconds(long ms) => (ms / 1000.0).ToString("0.#", System.Globalization.CultureInfo.InvariantCulture);

@@ -762,8 +762,8 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
 
     /// <summary>
     /// A route's Timeout (YARP's, for the whole request): a response not begun within it is a 504
-    /// naming it, one begun is cut so that the client cannot take it for whole, and a quicker one
-    /// passes. Before ASP.NET Core's request timeouts were added, every request of such a route
+    /// naming it, one begun is cut so that the client cannot take it for whole, a request body
+    /// still coming is the client's 408, and a quicker request passes. Before ASP.NET Core's request timeouts were added, every request of such a route
     /// was a 500.
     /// </summary>
     [Fact]
@@ -792,7 +792,20 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
             await Assert.ThrowsAnyAsync<Exception>(() => response.Content.ReadAsByteArrayAsync());
         }
 
-        await tern.Logs.WaitForAsync("GET /stream/10/300 was cut short after its 200 response began: the upstream of cluster 'app' did not complete the response within the route's Timeout");
+        await tern.Logs.WaitForAsync("GET /stream/10/300 was cut short after its 200 response began: the upstream of cluster 'app' did not complete the response within the route's Timeout (route all, cluster app, destination d1): route Timeout 00:00:01");
+
+        // A body still being sent when the Timeout runs out: the client's side, 408, and the
+        // connection closed (the rest of the body cannot be framed).
+        await using (var raw = await RawHttp.ConnectAsync(tern.Config.HttpsPort))
+        {
+            using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(10));
+            await raw.WriteAsync("POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", timeout.Token);
+            var answer = await raw.ReadUntilAsync("\r\n0\r\n\r\n", timeout.Token); // the chunked answer's end
+            Assert.StartsWith("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n", answer, StringComparison.Ordinal);
+            Assert.Contains("408 Request Timeout: the client did not finish sending the request body within the route's Timeout", answer, StringComparison.Ordinal);
+        }
+
+        await tern.Logs.WaitForAsync("POST /echo returned 408: the client did not finish sending the request body within the route's Timeout (route all, cluster app, destination d1): route Timeout 00:00:01");
     }
 
     [Fact]

@@ -391,13 +391,14 @@ public abstract class ProcessTests(string engine)
         for (var i = 0; i < 5; i++)
         {
             using var request = new HttpRequestMessage(HttpMethod.Get, new Uri("/name", UriKind.Relative));
-            request.Headers.Add("Cookie", $"tern-affinity=CfDJ8altered{i}");
+            request.Headers.Add("Cookie", $"tern-affinity=altered{i}"); // base64url, not Data Protection's
             using var response = await client.SendAsync(request);
             Assert.Equal(HttpStatusCode.OK, response.StatusCode);
         }
 
         var line = await tern.WaitForOutputAsync("The request affinity key decryption failed.");
         Assert.Contains("warn: Yarp.ReverseProxy.SessionAffinity.CookieSessionAffinityPolicy[38]", line, StringComparison.Ordinal);
+        Assert.Contains("failed. The provided payload cannot be decrypted because it was not protected with this protection provider.", line, StringComparison.Ordinal);
         Assert.Contains("YARP picked a destination again. At most one such line every 10 s", line, StringComparison.Ordinal);
         Assert.Single(tern.Output.Split('\n'), l => l.Contains("affinity key decryption failed", StringComparison.Ordinal));
         AssertNoSecondReport(tern);
@@ -423,7 +424,7 @@ public abstract class ProcessTests(string engine)
         await tern.WaitForOutputAsync("Active health state of destination `d1` on cluster `app` is set to 'Unhealthy'.");
         await Task.Delay(1500); // seven more probes
         var probe = Assert.Single(tern.Output.Split('\n'), l => l.Contains("Probing destination `d1` on cluster `app` failed.", StringComparison.Ordinal));
-        Assert.Contains($"failed. Connection refused (127.0.0.1:{dead}) At most one such line every 60 s", probe, StringComparison.Ordinal);
+        Assert.Contains($"failed. Connection refused (127.0.0.1:{dead}). At most one such line every 60 s", probe, StringComparison.Ordinal);
         AssertNoSecondReport(tern);
     }
 
