@@ -29,11 +29,12 @@ internal sealed class OtlpExporterSettings
         }
 
         var logger = loggers.CreateLogger(LogFloods.Telemetry);
-        Usable = ExporterCanBeMade(logger);
+        var options = new OtlpExporterOptions(); // the OTEL_ variables, read as each exporter reads them
 
         // The exporter hands 0 to HttpClient, which throws; it reports other values it cannot
-        // read itself (event 500) and takes its default. Read as it reads the variable.
-        _timeoutZero = new OtlpExporterOptions().TimeoutMilliseconds == 0;
+        // read itself (event 500) and takes its default.
+        _timeoutZero = options.TimeoutMilliseconds == 0;
+        Usable = ExporterCanBeMade(options, logger);
         if (_timeoutZero)
         {
             TernLog.OtlpSettingIgnored(logger, TimeoutVariable, "0", $"an export needs some time, so each waits up to {DefaultTimeout} ms (OpenTelemetry's default)");
@@ -65,11 +66,13 @@ internal sealed class OtlpExporterSettings
     /// after. Nothing is sent; the probe is shut down (its Dispose stops nothing). The headers'
     /// value is never written out: it may hold a key.
     /// </summary>
-    private static bool ExporterCanBeMade(ILogger logger)
+    private static bool ExporterCanBeMade(OtlpExporterOptions options, ILogger logger)
     {
+        options.Endpoint = new Uri("http://127.0.0.1:4318");
+        options.TimeoutMilliseconds = DefaultTimeout;
         try
         {
-            var probe = new OtlpTraceExporter(new OtlpExporterOptions { Endpoint = new Uri("http://127.0.0.1:4318"), TimeoutMilliseconds = DefaultTimeout });
+            var probe = new OtlpTraceExporter(options);
             probe.Shutdown(0);
             probe.Dispose();
         }
