@@ -170,7 +170,7 @@ public static class TernHost
         // The reloader takes it over once Tern runs.
         var certificateWatch = new CertificateFileWatch(CertificateFileWatch.FilesToRead(builder.Configuration));
         builder.Services.AddSingleton(certificateWatch);
-        var snapshot = ConfigurationSnapshot.TryLoad(builder.Configuration, out var found);
+        var snapshot = ConfigurationSnapshot.TryLoad(builder.Configuration, out var found, out var unread);
         var problems = found.ToList();
         if (snapshot is not null)
         {
@@ -193,6 +193,12 @@ public static class TernHost
             foreach (var problem in problems)
             {
                 errors.WriteLine($"error: {problem}");
+            }
+
+            // What Tern would have warned of once started: a misspelt key is often why a value is missing.
+            foreach (var ignored in unread)
+            {
+                errors.WriteLine($"warn: {ignored.Key} {ignored.Reason}");
             }
 
             errors.WriteLine($"Tern did not start: {problems.Count} configuration problem(s). Settings are documented in README.md.");
@@ -415,9 +421,9 @@ public static class TernHost
     {
         var logger = app.Services.GetRequiredService<ILoggerFactory>().CreateLogger("Tern.Proxy");
         var settings = snapshot.Settings;
-        foreach (var key in snapshot.UnknownKeys)
+        foreach (var unread in snapshot.Unread)
         {
-            TernLog.Unread(logger, key);
+            TernLog.Unread(logger, unread);
         }
 
         if (snapshot.SelfSigned)

@@ -20,26 +20,32 @@ internal static partial class TernLog
     [LoggerMessage(103, LogLevel.Warning, "{Key} changed to {Value}; it is applied at start, restart Tern to apply it")]
     public static partial void RestartNeeded(ILogger logger, string key, string value);
 
-    [LoggerMessage(104, LogLevel.Warning, "{Key} is not a Tern setting and is ignored (misspelt?)")]
-    public static partial void UnknownSetting(ILogger logger, string key);
+    [LoggerMessage(104, LogLevel.Warning, "{Key} {Reason}")]
+    public static partial void UnknownSetting(ILogger logger, string key, string reason);
 
     [LoggerMessage(106, LogLevel.Error, "Configuration reload failed: {Reason}; the last good configuration stays in force")]
     public static partial void ReloadFailed(ILogger logger, Exception exception, string reason);
 
-    [LoggerMessage(107, LogLevel.Warning, "{Key} is ignored: of the Kestrel section Tern reads only Kestrel:Limits; its listeners are set by Tern:Https:Port, Tern:Http:Port and Tern:Management:Port, their certificates by Tern:Tls:Certificates")]
-    public static partial void KestrelSettingIgnored(ILogger logger, string key);
+    [LoggerMessage(107, LogLevel.Warning, "{Key} {Reason}")]
+    public static partial void KestrelSettingIgnored(ILogger logger, string key, string reason);
 
-    /// <summary>A key no part of Tern reads (see ConfigurationSnapshot.UnknownKeys).</summary>
-    public static void Unread(ILogger logger, string key)
+    [LoggerMessage(108, LogLevel.Warning, "{Key} {Reason}")]
+    public static partial void YarpSettingIgnored(ILogger logger, string key, string reason);
+
+    [LoggerMessage(109, LogLevel.Warning, "{Key} {Reason}")]
+    public static partial void SectionGivenValue(ILogger logger, string key, string reason);
+
+    /// <summary>A key Tern ignores (see ConfigurationSnapshot.Unread): one event for each kind.</summary>
+    public static void Unread(ILogger logger, Configuration.UnreadSetting unread)
     {
-        if (key.StartsWith("Kestrel:", StringComparison.OrdinalIgnoreCase))
+        Action<ILogger, string, string> log = unread.Kind switch
         {
-            KestrelSettingIgnored(logger, key);
-        }
-        else
-        {
-            UnknownSetting(logger, key);
-        }
+            Configuration.UnreadSetting.Kinds.GivenToSection => SectionGivenValue,
+            Configuration.UnreadSetting.Kinds.NotKestrelLimit => KestrelSettingIgnored,
+            Configuration.UnreadSetting.Kinds.NotYarp => YarpSettingIgnored,
+            _ => UnknownSetting,
+        };
+        log(logger, unread.Key, unread.Reason);
     }
 
     [LoggerMessage(105, LogLevel.Error, "Configuration reload: {File}: .NET could not apply the change ({Reason}); what it concerns keeps its previous settings")]

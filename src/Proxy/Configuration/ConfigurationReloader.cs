@@ -124,7 +124,12 @@ internal sealed class ConfigurationReloader(
     private void ApplyLocked()
     {
         {
-            var snapshot = ConfigurationSnapshot.TryLoad(live, out var problems);
+            var snapshot = ConfigurationSnapshot.TryLoad(live, out var problems, out var unread);
+            foreach (var ignored in unread) // also when the change is rejected: a misspelt key is often why
+            {
+                TernLog.Unread(logger, ignored);
+            }
+
             if (snapshot is not null && active.Bound.TlsEngine == TlsEngines.OpenSsl)
             {
                 // Build the native contexts now: a certificate OpenSSL rejects must fail the reload.
@@ -151,11 +156,6 @@ internal sealed class ConfigurationReloader(
             foreach (var (key, value) in snapshot.Settings.StartOnlySettings(active.Bound.TlsEngine).Except(active.Bound.StartOnlySettings(active.Bound.TlsEngine)))
             {
                 TernLog.RestartNeeded(logger, key, value);
-            }
-
-            foreach (var key in snapshot.UnknownKeys)
-            {
-                TernLog.Unread(logger, key);
             }
 
             if (!snapshot.ReverseProxy.SequenceEqual(active.Current.ReverseProxy))

@@ -18,7 +18,7 @@ public sealed record ConfigurationSnapshot(
     CertificateSet Certificates,
     bool SelfSigned,
     IReadOnlyList<KeyValuePair<string, string?>> ReverseProxy,
-    IReadOnlyList<string> UnknownKeys)
+    IReadOnlyList<UnreadSetting> Unread)
 {
     /// <summary>Session ticket keys from Tern:Tls:SessionTicketKeys (empty: per-process random keys).</summary>
     public ReadOnlyMemory<byte> SessionTicketKeys { get; init; }
@@ -33,7 +33,14 @@ public sealed record ConfigurationSnapshot(
     public const int SessionTicketKeySize = 80;
 
     /// <summary>Reads and checks everything; on failure returns null and every problem found.</summary>
-    internal static ConfigurationSnapshot? TryLoad(IConfiguration configuration, out IReadOnlyList<ConfigurationProblem> problems)
+    internal static ConfigurationSnapshot? TryLoad(IConfiguration configuration, out IReadOnlyList<ConfigurationProblem> problems) =>
+        TryLoad(configuration, out problems, out _);
+
+    /// <summary>Reads and checks everything, as above.</summary>
+    /// <param name="configuration">The whole configuration.</param>
+    /// <param name="problems">Every problem found; empty when it returns a snapshot.</param>
+    /// <param name="unread">The keys Tern ignores (the snapshot's <see cref="Unread"/>), given also when it returns null: a misspelt key is often why a value is missing.</param>
+    internal static ConfigurationSnapshot? TryLoad(IConfiguration configuration, out IReadOnlyList<ConfigurationProblem> problems, out IReadOnlyList<UnreadSetting> unread)
     {
         var reader = new SettingReader(configuration);
         reader.Problems.AddRange(CheckedJsonFile.Problems(configuration));
@@ -49,12 +56,16 @@ public sealed record ConfigurationSnapshot(
         var clientCertificates = ClientCertificateTrust.Load(settings, reader.Problems);
 
         problems = reader.Problems;
+        unread = reader.UnreadKeys(TernSettings.Section).Concat(Listeners.ListenerLimits.IgnoredKeys(configuration))
+            .Select(key => new UnreadSetting(key, IsSection(configuration, key), null))
+            .Concat(YarpKeys.Unread(reverseProxy))
+            .ToList();
         if (problems.Count > 0 || certificates is null)
         {
             return null;
         }
 
-        return new ConfigurationSnapshot(settings, certificates, selfSigned, reverseProxy, [.. reader.UnreadKeys(TernSettings.Section), .. Listeners.ListenerLimits.IgnoredKeys(configuration)])
+        return new ConfigurationSnapshot(settings, certificates, selfSigned, reverseProxy, unread)
         {
             Logging = Values(configuration, LoggingSection),
             SessionTicketKeys = ticketKeys,
@@ -63,6 +74,15 @@ public sealed record ConfigurationSnapshot(
     }
 
     public const string LoggingSection = "Logging";
+
+    /// <summary>
+    /// Whether a key Tern does not read is a section given a value (Tern__Https=5 beside
+    /// Tern:Https:Port, or Kestrel__Limits=5): .NET keeps both, and readers ask only for the parts.
+    /// </summary>
+    private static bool IsSection(IConfiguration configuration, string key) =>
+        !key.Contains(':', StringComparison.Ordinal)
+        || key.Equals(Listeners.ListenerLimits.Section, StringComparison.OrdinalIgnoreCase)
+        || configuration.GetSection(key).GetChildren().Any();
 
     private static List<KeyValuePair<string, string?>> Values(IConfiguration configuration, string section) =>
         configuration.GetSection(section).AsEnumerable().Where(pair => pair.Value is not null).ToList();

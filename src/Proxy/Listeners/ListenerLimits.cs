@@ -96,11 +96,10 @@ internal static class ListenerLimits
         }
     }
 
-    /// <summary>Keys under Kestrel that Tern does not read (all but Kestrel:Limits), to be logged as ignored.</summary>
+    /// <summary>Keys under Kestrel that Tern does not read (all but the limits under Kestrel:Limits), to be logged as ignored.</summary>
     public static IEnumerable<string> IgnoredKeys(IConfiguration configuration) =>
         configuration.GetSection("Kestrel").AsEnumerable()
-            .Where(pair => pair.Value is not null
-                && !pair.Key.Equals(Section, StringComparison.OrdinalIgnoreCase)
+            .Where(pair => !string.IsNullOrEmpty(pair.Value)
                 && !pair.Key.StartsWith(Section + ":", StringComparison.OrdinalIgnoreCase))
             .Select(pair => pair.Key);
 

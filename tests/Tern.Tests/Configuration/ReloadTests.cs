@@ -182,6 +182,30 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);
     }
 
+    /// <summary>
+    /// A key YARP does not read (misspelt, or a later YARP's) is dropped by YARP without a word:
+    /// Tern names it, with the key meant, at start and on each reload, and applies the rest.
+    /// </summary>
+    [Fact]
+    public async Task KeyYarpDoesNotRead_IsNamedAtStartAndOnReload_AndTheRestApplies()
+    {
+        var misspelt = (System.Text.Json.Nodes.JsonObject)System.Text.Json.Nodes.JsonNode.Parse("""{ "HttpClient": { "MaxConnectionsPerServr": 5 } }""")!;
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first], misspelt);
+        await using var tern = await TernInstance.StartAsync(config);
+        await tern.Logs.WaitForAsync("ReverseProxy:Clusters:first:HttpClient:MaxConnectionsPerServr is not read by YARP 2.1 and is ignored (misspelt? YARP reads MaxConnectionsPerServer)");
+        using var client = tern.CreateClient();
+
+        var second = (System.Text.Json.Nodes.JsonObject)System.Text.Json.Nodes.JsonNode.Parse("""{ "HttpRequest": { "ActivityTimout": "00:00:05" } }""")!;
+        var changed = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Route("b", "second", "/b/{**rest}", PrefixRemoved("/b"))
+            .Cluster("first", [_first]).Cluster("second", [_second], second);
+        await tern.RewriteConfigAsync(changed.ToJson());
+
+        await tern.Logs.WaitForAsync("ReverseProxy:Clusters:second:HttpRequest:ActivityTimout is not read by YARP 2.1 and is ignored (misspelt? YARP reads ActivityTimeout)");
+        await tern.Logs.WaitForAsync("Configuration reloaded");
+        Assert.Equal("second", await client.GetStringAsync(new Uri("/b/name", UriKind.Relative)));
+        Assert.Single(tern.Logs.Lines, l => l.Contains("MaxConnectionsPerServr", StringComparison.Ordinal)); // gone from the file, not named again
+    }
+
     [Fact]
     public async Task Reload_CertificateMovedThenRenewedInPlace_IsPickedUp()
     {
