@@ -63,6 +63,9 @@ internal static partial class ReverseProxyValidator
                 problems.Add(new($"{route.Path}:OutputCachePolicy", "is not supported by Tern, which caches no responses; remove it"));
             }
 
+            CheckHosts(route, problems);
+            CheckPathPatterns(route, problems);
+
             var allowPlain = route[$"Metadata:{AllowPlainHttpMetadata}"];
             if (allowPlain is not null && !bool.TryParse(allowPlain, out _))
             {
@@ -82,11 +85,23 @@ internal static partial class ReverseProxyValidator
 
             foreach (var destination in destinations)
             {
-                var address = destination["Address"];
-                if (!Uri.TryCreate(address, UriKind.Absolute, out var uri) || (uri.Scheme != Uri.UriSchemeHttp && uri.Scheme != Uri.UriSchemeHttps) || string.IsNullOrEmpty(uri.Host))
+                if (AddressProblem(destination["Address"]) is { } problem)
                 {
-                    problems.Add(new($"{destination.Path}:Address", $"'{address}' is not an absolute http:// or https:// URL"));
+                    problems.Add(new($"{destination.Path}:Address", problem));
                 }
+
+                if (!string.IsNullOrEmpty(destination["Health"]) && AddressProblem(destination["Health"]) is { } health)
+                {
+                    problems.Add(new($"{destination.Path}:Health", health));
+                }
+            }
+
+            // YARP builds each probe's PathString from it, which throws on every probe (logged
+            // as a failure to construct the probe) when it does not start with '/'.
+            var probePath = cluster["HealthCheck:Active:Path"];
+            if (!string.IsNullOrEmpty(probePath) && probePath[0] != '/')
+            {
+                problems.Add(new($"{cluster.Path}:HealthCheck:Active:Path", $"'{probePath}' does not start with /"));
             }
 
             foreach (var key in DurationMetadata)
@@ -119,6 +134,98 @@ internal static partial class ReverseProxyValidator
             {
                 problems.Add(new($"{cluster.Path}:SessionAffinity:Policy", "is required: YARP's default, HashCookie, is not supported by Tern; set Cookie or ArrCookie"));
             }
+        }
+    }
+
+    /// <summary>
+    /// Why an upstream address cannot be used, or null. YARP joins the request's path and query to
+    /// the address as text, so a query in it went before every request's path (?x=1/api?q=1) and a
+    /// fragment into it (/base#f/api); the URL's user and password are never sent.
+    /// </summary>
+    private static string? AddressProblem(string? address)
+    {
+        if (!Uri.TryCreate(address, UriKind.Absolute, out var uri) || (uri.Scheme != Uri.UriSchemeHttp && uri.Scheme != Uri.UriSchemeHttps) || string.IsNullOrEmpty(uri.Host))
+        {
+            return $"'{address}' is not an absolute http:// or https:// URL";
+        }
+
+        return uri switch
+        {
+            { UserInfo.Length: > 0 } => $"'{uri.GetComponents(UriComponents.SchemeAndServer | UriComponents.Path, UriFormat.UriEscaped)}' has a user and password (user@), which are never sent; send an Authorization header with a RequestHeader transform",
+            { Query.Length: > 0 } => $"'{address}' has a query ({uri.Query}), which would be put before each request's path; an address is scheme://host[:port][/path]",
+            { Fragment.Length: > 0 } => $"'{address}' has a fragment ({uri.Fragment}), which would be sent inside each request's path; an address is scheme://host[:port][/path]",
+            _ => null,
+        };
+    }
+
+    /// <summary>
+    /// Match:Hosts as ASP.NET Core's host matching reads them: a host it cannot read (an IPv6
+    /// address, a port that is not a number or *) made every request of every route a 500, with
+    /// its exception logged, and a port no request can carry left the route unreachable.
+    /// </summary>
+    private static void CheckHosts(IConfigurationSection route, List<ConfigurationProblem> problems)
+    {
+        foreach (var entry in route.GetSection("Match:Hosts").GetChildren())
+        {
+            var host = entry.Value;
+            if (string.IsNullOrEmpty(host))
+            {
+                continue; // YARP names an empty host itself
+            }
+
+            var parts = host.Split(':');
+            var problem = parts switch
+            {
+                _ when host.Contains('[', StringComparison.Ordinal) || parts.Length > 2 => "ASP.NET Core's host matching cannot match an IPv6 address (nor read more than one ':'); leave Hosts out for a route served by address",
+                [""] or ["", _] => "names no host: give a name (example.com, *.example.com) or *",
+                [_, "*"] => null,
+                [_, var port] when !int.TryParse(port, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var number) || number is < 1 or > 65535 => $"'{port}' is not a port: give 1-65535 or *, or no port",
+                _ => null,
+            };
+            if (problem is not null)
+            {
+                problems.Add(new(entry.Path, $"'{host}': {problem}"));
+            }
+        }
+    }
+
+    /// <summary>
+    /// A PathPattern transform's parameters must be captured by the route's Match:Path: YARP
+    /// sends '/' for a pattern it cannot fill, so a misnamed one ({**rest} against {**remainder})
+    /// sent every request of the route to the upstream's root without a word.
+    /// </summary>
+    private static void CheckPathPatterns(IConfigurationSection route, List<ConfigurationProblem> problems)
+    {
+        HashSet<string>? captured = null;
+        foreach (var transform in route.GetSection("Transforms").GetChildren())
+        {
+            foreach (var entry in transform.GetChildren())
+            {
+                if (!entry.Key.Equals("PathPattern", StringComparison.OrdinalIgnoreCase) || string.IsNullOrEmpty(entry.Value) || Parameters(entry.Value) is not { } used)
+                {
+                    continue; // one YARP cannot parse, YARP refuses itself
+                }
+
+                captured ??= Parameters(route["Match:Path"] ?? "") ?? [];
+                foreach (var name in used.Where(n => !captured.Contains(n)))
+                {
+                    problems.Add(new(entry.Path, $"'{entry.Value}' uses {{{name}}}, which {route.Path}:Match:Path does not capture ({(captured.Count == 0 ? "it captures nothing" : "it captures " + string.Join(", ", captured.Order(StringComparer.OrdinalIgnoreCase).Select(c => "{" + c + "}")))}); YARP would send such requests to /"));
+                }
+            }
+        }
+    }
+
+    /// <summary>The parameter names of a route template, or null when ASP.NET Core cannot parse it.</summary>
+    private static HashSet<string>? Parameters(string template)
+    {
+        try
+        {
+            var pattern = Microsoft.AspNetCore.Routing.Patterns.RoutePatternFactory.Parse(template);
+            return new(pattern.Parameters.Select(p => p.Name), StringComparer.OrdinalIgnoreCase);
+        }
+        catch (Microsoft.AspNetCore.Routing.Patterns.RoutePatternException)
+        {
+            return null;
         }
     }
 

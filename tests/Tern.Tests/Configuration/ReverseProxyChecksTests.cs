@@ -30,6 +30,54 @@ public sealed class ReverseProxyChecksTests
         ConfigurationSnapshot.TryLoad(new ConfigurationBuilder().AddInMemoryCollection(values).Build(), out problems);
 
     [Theory]
+    // Hosts as ASP.NET Core's host matching reads them: what it cannot read was a 500 for every request.
+    [InlineData("Routes:r:Match:Hosts:0", "[::1]:8443", "'[::1]:8443': ASP.NET Core's host matching cannot match an IPv6 address")]
+    [InlineData("Routes:r:Match:Hosts:0", "::1", "'::1': ASP.NET Core's host matching cannot match an IPv6 address")]
+    [InlineData("Routes:r:Match:Hosts:0", "example.com:", "'example.com:': '' is not a port: give 1-65535 or *, or no port")]
+    [InlineData("Routes:r:Match:Hosts:0", "example.com:https", "'example.com:https': 'https' is not a port")]
+    [InlineData("Routes:r:Match:Hosts:0", ":8443", "':8443': names no host")]
+    [InlineData("Routes:r:Match:Hosts:0", "example.com:70000", "'example.com:70000': '70000' is not a port")] // never matched
+    [InlineData("Routes:r:Match:Hosts:0", "example.com", null)]
+    [InlineData("Routes:r:Match:Hosts:0", "*.example.com:8443", null)]
+    [InlineData("Routes:r:Match:Hosts:0", "example.com:*", null)]
+    [InlineData("Routes:r:Match:Hosts:0", "*", null)]
+    // A PathPattern YARP cannot fill sent the route's requests to '/'.
+    [InlineData("Routes:r:Transforms:0:PathPattern", "/v2/{**remainder}", "'/v2/{**remainder}' uses {remainder}, which ReverseProxy:Routes:r:Match:Path does not capture (it captures {rest}); YARP would send such requests to /")]
+    [InlineData("Routes:r:Transforms:0:pathpattern", "/v2/{**REST}", null)] // any case, as ASP.NET Core's routing
+    [InlineData("Routes:r:Transforms:0:PathPattern", "/v2/{**rest", null)] // YARP refuses what it cannot parse itself
+    // An address YARP joins the request's path to as text.
+    [InlineData("Clusters:c:Destinations:d1:Address", "http://127.0.0.1:1/?x=1", "'http://127.0.0.1:1/?x=1' has a query (?x=1), which would be put before each request's path")]
+    [InlineData("Clusters:c:Destinations:d1:Address", "http://127.0.0.1:1/base#f", "'http://127.0.0.1:1/base#f' has a fragment (#f)")]
+    [InlineData("Clusters:c:Destinations:d1:Address", "http://app:s3cret@127.0.0.1:1/", "'http://127.0.0.1:1/' has a user and password (user@), which are never sent")]
+    [InlineData("Clusters:c:Destinations:d1:Address", "https://app.internal:8443/base/", null)]
+    [InlineData("Clusters:c:Destinations:d1:Health", "not a url", "'not a url' is not an absolute http:// or https:// URL")]
+    [InlineData("Clusters:c:Destinations:d1:Health", "http://127.0.0.1:2/?probe=1", "'http://127.0.0.1:2/?probe=1' has a query (?probe=1)")]
+    [InlineData("Clusters:c:Destinations:d1:Health", "http://127.0.0.1:2/", null)]
+    [InlineData("Clusters:c:Destinations:d1:Health", "", null)]
+    // A probe path YARP's PathString throws on at every probe.
+    [InlineData("Clusters:c:HealthCheck:Active:Path", "healthz", "'healthz' does not start with /")]
+    [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz", null)]
+    public void Value_AProblemOfItsKey_OnlyWhereYarpCannotServeIt(string key, string value, string? problem)
+    {
+        var values = Base();
+        values[$"ReverseProxy:{key}"] = value;
+
+        Load(values, out var problems);
+
+        if (problem is null)
+        {
+            Assert.Empty(problems);
+        }
+        else
+        {
+            var found = Assert.Single(problems);
+            Assert.Equal($"ReverseProxy:{key}", found.Key, ignoreCase: true);
+            Assert.StartsWith(problem, found.Message, StringComparison.Ordinal);
+            Assert.DoesNotContain("s3cret", found.Message, StringComparison.Ordinal);
+        }
+    }
+
+    [Theory]
     [InlineData("ReverseProxy:Clusters:c:HttpRequest:ActivityTimout", "00:00:05", "ReverseProxy:Clusters:c:HttpRequest:ActivityTimout", false, "ActivityTimeout")]
     [InlineData("ReverseProxy:Routes:r:Match:Pth", "/x", "ReverseProxy:Routes:r:Match:Pth", false, "Path")]
     [InlineData("ReverseProxy:Routes:r:Match:Host:0", "example.com", "ReverseProxy:Routes:r:Match:Host", false, "Hosts")] // the route would match every host
