@@ -64,6 +64,7 @@ internal static partial class ReverseProxyValidator
             }
 
             CheckHosts(route, problems);
+            CheckPathTemplate(route, problems);
             CheckPathPatterns(route, problems);
 
             var allowPlain = route[$"Metadata:{AllowPlainHttpMetadata}"];
@@ -190,6 +191,44 @@ internal static partial class ReverseProxyValidator
     }
 
     /// <summary>
+    /// A Match:Path written as nginx or Envoy take a prefix, or as a regular expression (/api/*,
+    /// /api/.*, ^/api): ASP.NET Core's route templates have no wildcards outside a {**catch-all},
+    /// so it matched that text alone and every other request of the route was a 404.
+    /// </summary>
+    private static void CheckPathTemplate(IConfigurationSection route, List<ConfigurationProblem> problems)
+    {
+        var path = route["Match:Path"];
+        if (string.IsNullOrEmpty(path) || !Parses(path, out var pattern))
+        {
+            return; // YARP names a template it cannot parse itself
+        }
+
+        var literals = pattern.PathSegments.SelectMany(s => s.Parts).OfType<Microsoft.AspNetCore.Routing.Patterns.RoutePatternLiteralPart>().Select(l => l.Content).ToList();
+        var wildcard = literals.Any(l => l.Contains('*', StringComparison.Ordinal));
+        if (wildcard || path.StartsWith('^'))
+        {
+            var cut = path.IndexOfAny(['*', '{']);
+            var prefix = (cut < 0 ? path : path[..cut]).TrimStart('^').TrimEnd('/', '.', '$');
+            var kind = path.StartsWith('^') || path.Contains(".*", StringComparison.Ordinal) ? "a regular expression" : "a wildcard";
+            problems.Add(new($"{route.Path}:Match:Path", $"'{path}' is written as {kind}, but a route template takes neither: it matches only the path '{path}' itself; for every path under {(prefix.Length == 0 ? "/" : prefix)} write {prefix.TrimEnd('/')}/{{**rest}}"));
+        }
+    }
+
+    private static bool Parses(string template, out Microsoft.AspNetCore.Routing.Patterns.RoutePattern pattern)
+    {
+        try
+        {
+            pattern = Microsoft.AspNetCore.Routing.Patterns.RoutePatternFactory.Parse(template);
+            return true;
+        }
+        catch (Microsoft.AspNetCore.Routing.Patterns.RoutePatternException)
+        {
+            pattern = null!;
+            return false;
+        }
+    }
+
+    /// <summary>
     /// A PathPattern transform's parameters must be captured by the route's Match:Path: YARP
     /// sends '/' for a pattern it cannot fill, so a misnamed one ({**rest} against {**remainder})
     /// sent every request of the route to the upstream's root without a word.
@@ -216,18 +255,8 @@ internal static partial class ReverseProxyValidator
     }
 
     /// <summary>The parameter names of a route template, or null when ASP.NET Core cannot parse it.</summary>
-    private static HashSet<string>? Parameters(string template)
-    {
-        try
-        {
-            var pattern = Microsoft.AspNetCore.Routing.Patterns.RoutePatternFactory.Parse(template);
-            return new(pattern.Parameters.Select(p => p.Name), StringComparer.OrdinalIgnoreCase);
-        }
-        catch (Microsoft.AspNetCore.Routing.Patterns.RoutePatternException)
-        {
-            return null;
-        }
-    }
+    private static HashSet<string>? Parameters(string template) =>
+        Parses(template, out var pattern) ? new(pattern.Parameters.Select(p => p.Name), StringComparer.OrdinalIgnoreCase) : null;
 
     /// <summary>
     /// The values YARP's reader converts (numbers, booleans, enums, durations, URIs). It names

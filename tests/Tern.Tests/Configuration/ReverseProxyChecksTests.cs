@@ -41,6 +41,13 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Routes:r:Match:Hosts:0", "*.example.com:8443", null)]
     [InlineData("Routes:r:Match:Hosts:0", "example.com:*", null)]
     [InlineData("Routes:r:Match:Hosts:0", "*", null)]
+    // A path written as nginx or Envoy take a prefix, or as a regular expression, matched that text alone.
+    [InlineData("Routes:r:Match:Path", "/api/*", "'/api/*' is written as a wildcard, but a route template takes neither: it matches only the path '/api/*' itself; for every path under /api write /api/{**rest}")]
+    [InlineData("Routes:r:Match:Path", "/*", "'/*' is written as a wildcard, but a route template takes neither: it matches only the path '/*' itself; for every path under / write /{**rest}")]
+    [InlineData("Routes:r:Match:Path", "/api/.*", "'/api/.*' is written as a regular expression, but a route template takes neither")]
+    [InlineData("Routes:r:Match:Path", "^/api", "'^/api' is written as a regular expression, but a route template takes neither: it matches only the path '^/api' itself; for every path under /api write /api/{**rest}")]
+    [InlineData("Routes:r:Match:Path", "/odata/$metadata", null)] // OData's paths are literal
+    [InlineData("Routes:r:Match:Path", "/api/{*rest}", null)]
     // A PathPattern YARP cannot fill sent the route's requests to '/'.
     [InlineData("Routes:r:Transforms:0:PathPattern", "/v2/{**remainder}", "'/v2/{**remainder}' uses {remainder}, which ReverseProxy:Routes:r:Match:Path does not capture (it captures {rest}); YARP would send such requests to /")]
     [InlineData("Routes:r:Transforms:0:pathpattern", "/v2/{**REST}", null)] // any case, as ASP.NET Core's routing
