@@ -39,7 +39,8 @@ namespace Tern.Proxy.Telemetry;
 /// </para>
 /// <para>
 /// YARP's failed active health probe (event 17): a dead destination made a warning with the
-/// exception's whole stack (about 3 KB) at every probe interval; one line per minute, its reason
+/// exception's whole stack (about 3 KB) at every probe interval; one line per minute for each
+/// destination, its reason
 /// (Connection refused (10.0.0.5:8080)) in place of the stack. YARP's line for a destination's
 /// change of health (event 49) passes as it is.
 /// </para>
@@ -91,17 +92,21 @@ internal sealed class LogFloods : ILoggerFactory
         [
             new(KestrelHttp2, KestrelHttp2Flood, KestrelHttp2Flood, 1, kestrelMs, LogLevel.Warning,
                 _ => $" Kestrel closed it: the client reset HTTP/2 streams faster than they could be cleared (a flood). At most one such line every {Seconds(kestrelMs)} s; how many more came follows at the end of that time.",
-                (_, n) => $"Kestrel's line for an HTTP/2 flood (event 60) came {n} more time{(n == 1 ? "" : "s")} in the {Seconds(kestrelMs)} s after the last one written, and was left out."),
+                (_, _, n) => $"Kestrel's line for an HTTP/2 flood (event 60) came {n} more time{(n == 1 ? "" : "s")} in the {Seconds(kestrelMs)} s after the last one written, and was left out."),
             new(Forwarding, 300, 399, RequestLinesPerSecond, requestMs, null, null,
-                (id, n) => $"Event {id} came {n} more time{(n == 1 ? "" : "s")} within {Seconds(requestMs)} s of its first line, beyond the {RequestLinesPerSecond} written, and was left out (Tern writes at most {RequestLinesPerSecond} lines of each per-request event per {Seconds(requestMs)} s; the metrics count every request)."),
+                (id, _, n) => $"Event {id} came {n} more time{(n == 1 ? "" : "s")} within {Seconds(requestMs)} s of its first line, beyond the {RequestLinesPerSecond} written, and was left out (Tern writes at most {RequestLinesPerSecond} lines of each per-request event per {Seconds(requestMs)} s; the metrics count every request)."),
             new(Telemetry, OtlpExport, OtlpExport, 1, otlpMs, null, null,
-                (_, n) => $"The OTLP exporter reported {n} more problem{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last one written, left out."),
+                (_, _, n) => $"The OTLP exporter reported {n} more problem{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last one written, left out."),
             .. ((string[])[YarpCookieAffinity, YarpHeaderAffinity]).Select(category => new Rule(category, YarpAffinityUnreadable, YarpAffinityUnreadable, 1, kestrelMs, LogLevel.Warning,
                 exception => $" {Reason(exception)}. The client's affinity key was set by another replica or before a restart (Data Protection keys not shared), or altered; YARP picked a destination again. At most one such line every {Seconds(kestrelMs)} s; how many more came follows at the end of that time.",
-                (_, n) => $"YARP's line for an affinity key it could not decrypt (event {YarpAffinityUnreadable}) came {n} more time{(n == 1 ? "" : "s")} in the {Seconds(kestrelMs)} s after the last one written, and was left out.")),
+                (_, _, n) => $"YARP's line for an affinity key it could not decrypt (event {YarpAffinityUnreadable}) came {n} more time{(n == 1 ? "" : "s")} in the {Seconds(kestrelMs)} s after the last one written, and was left out.")),
             new(YarpHealthProbes, YarpProbeFailed, YarpProbeFailed, 1, otlpMs, null,
-                exception => $" {(exception is OperationCanceledException ? "No answer within the cluster's HealthCheck:Active:Timeout" : Reason(exception))}. At most one such line every {Seconds(otlpMs)} s; how many more came follows at the end of that time.",
-                (_, n) => $"YARP's active health probes failed {n} more time{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last line written, left out (a destination's change of health is logged each time)."),
+                exception => $" {(exception is OperationCanceledException ? "No answer within the cluster's HealthCheck:Active:Timeout" : Reason(exception))}. At most one such line a destination every {Seconds(otlpMs)} s; how many more came follows at the end of that time.",
+                (_, destination, n) => $"YARP's active health probes of {destination} failed {n} more time{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last line written, left out (a destination's change of health is logged each time).")
+            {
+                // Each destination's own window: a second dead one's reason is written too.
+                Key = state => $"destination `{Value(state, "destinationId")}` on cluster `{Value(state, "clusterId")}`",
+            },
         ];
     }
 
@@ -153,25 +158,44 @@ internal sealed class LogFloods : ILoggerFactory
         return outer.Contains(innermost, StringComparison.Ordinal) ? outer : $"{outer}: {innermost}";
     }
 
+    private static string? Value(IReadOnlyList<KeyValuePair<string, object?>> state, string name)
+    {
+        foreach (var (key, value) in state)
+        {
+            if (key == name)
+            {
+                return value?.ToString();
+            }
+        }
+
+        return null;
+    }
+
     private static string Seconds(long ms) => (ms / 1000.0).ToString("0.#", System.Globalization.CultureInfo.InvariantCulture);
 
     /// <summary>
     /// Which events of a category are held to Lines per window (from the first line written in
     /// it); Level, if set, is the level they are written at (else their own), with Suffix (made
     /// from the exception, whose stack is then left out) after their text; Count is the line at a
-    /// window's end, from the event and how many were left out.
+    /// window's end, from the event, the window's key and how many were left out.
     /// </summary>
-    private sealed record Rule(string Category, int FirstEvent, int LastEvent, int Lines, long WindowMs, LogLevel? Level, Func<Exception?, string>? Suffix, Func<int, int, string> Count)
+    private sealed record Rule(string Category, int FirstEvent, int LastEvent, int Lines, long WindowMs, LogLevel? Level, Func<Exception?, string>? Suffix, Func<int, string?, int, string> Count)
     {
         /// <summary>Each event's window, made at its first line; shared by every logger of the category.</summary>
         public Window?[] Windows { get; } = new Window?[LastEvent - FirstEvent + 1];
+
+        /// <summary>If set, each value it gives a line's state has a window of its own (for events the configuration bounds, such as a destination's).</summary>
+        public Func<IReadOnlyList<KeyValuePair<string, object?>>, string>? Key { get; init; }
+
+        /// <summary>The windows by key, under the owner's lock.</summary>
+        public Dictionary<(int Event, string Key), Window> Keyed { get; } = [];
 
         /// <summary>The category's logger, made once (ProxyErrorResponses asks for it on each request it logs).</summary>
         public Logger? Logger { get; set; }
     }
 
     /// <summary>One event's window: who writes its count, and the timer that does it at the window's end.</summary>
-    private sealed class Window(LogFloods owner, Rule rule, int eventId, LogLevel level, ILogger writer) : IDisposable
+    private sealed class Window(LogFloods owner, Rule rule, int eventId, string? key, LogLevel level, ILogger writer) : IDisposable
     {
         private long _endsAt;
         private int _written;
@@ -240,7 +264,7 @@ internal sealed class LogFloods : ILoggerFactory
 
             try
             {
-                writer.Log(level, new EventId(eventId), leftOut, null, (n, _) => rule.Count(eventId, n));
+                writer.Log(level, new EventId(eventId), leftOut, null, (n, _) => rule.Count(eventId, key, n));
             }
             catch (Exception)
             {
@@ -274,7 +298,23 @@ internal sealed class LogFloods : ILoggerFactory
                 return;
             }
 
-            var window = windows[index] ?? Interlocked.CompareExchange(ref windows[index], new Window(owner, rule, eventId.Id, level, inner), null) ?? windows[index]!;
+            Window window;
+            if (rule.Key is { } keyOf && state is IReadOnlyList<KeyValuePair<string, object?>> values)
+            {
+                var key = keyOf(values);
+                lock (owner._lock)
+                {
+                    if (!rule.Keyed.TryGetValue((eventId.Id, key), out window!))
+                    {
+                        rule.Keyed[(eventId.Id, key)] = window = new Window(owner, rule, eventId.Id, key, level, inner);
+                    }
+                }
+            }
+            else
+            {
+                window = windows[index] ?? Interlocked.CompareExchange(ref windows[index], new Window(owner, rule, eventId.Id, null, level, inner), null) ?? windows[index]!;
+            }
+
             if (!window.Take(out var lastWindow))
             {
                 return;

@@ -409,26 +409,33 @@ public abstract class ProcessTests(string engine)
     }
 
     /// <summary>
-    /// YARP's active health probes of a dead destination: one line with the reason, not a warning
-    /// with the exception's whole stack at every probe (at most one a minute), and the
-    /// destination's change of health as YARP writes it.
+    /// YARP's active health probes of dead destinations: one line for each with its reason, not a
+    /// warning with the exception's whole stack at every probe (at most one a minute for each
+    /// destination), and each destination's change of health as YARP writes it.
     /// </summary>
     [Fact]
     public async Task DeadDestination_ActiveHealthChecks_OneProbeLineWithItsReason_NoStack()
     {
         await using var app = await TestUpstream.StartAsync("app");
-        var dead = FreePort.Next();
+        var (dead, silent) = (FreePort.Next(), FreePort.Next());
         var (tern, _, _) = await StartInFrontOfAsync(
             app,
             ("ReverseProxy__Clusters__app__Destinations__d1__Address", $"http://127.0.0.1:{dead}/"),
+            ("ReverseProxy__Clusters__app__Destinations__d2__Address", $"http://127.0.0.1:{silent}/"),
             ("ReverseProxy__Clusters__app__HealthCheck__Active__Enabled", "true"),
             ("ReverseProxy__Clusters__app__HealthCheck__Active__Interval", "00:00:00.200"));
         await using var process = tern;
 
         await tern.WaitForOutputAsync("Active health state of destination `d1` on cluster `app` is set to 'Unhealthy'.");
-        await Task.Delay(1500); // seven more probes
-        var probe = Assert.Single(tern.Output.Split('\n'), l => l.Contains("Probing destination `d1` on cluster `app` failed.", StringComparison.Ordinal));
-        Assert.Contains($"failed. Connection refused (127.0.0.1:{dead}). At most one such line every 60 s", probe, StringComparison.Ordinal);
+        await tern.WaitForOutputAsync("Active health state of destination `d2` on cluster `app` is set to 'Unhealthy'.");
+        await Task.Delay(1500); // seven more probes of each
+        // One line for each destination, each with its own reason.
+        foreach (var (destination, port) in (ReadOnlySpan<(string, int)>)[("d1", dead), ("d2", silent)])
+        {
+            var probe = Assert.Single(tern.Output.Split('\n'), l => l.Contains($"Probing destination `{destination}` on cluster `app` failed.", StringComparison.Ordinal));
+            Assert.Contains($"failed. Connection refused (127.0.0.1:{port}). At most one such line a destination every 60 s", probe, StringComparison.Ordinal);
+        }
+
         AssertNoSecondReport(tern);
     }
 
