@@ -23,12 +23,13 @@ internal sealed class OtlpExporterSettings
 
     public OtlpExporterSettings(ILoggerFactory loggers)
     {
+        var logger = loggers.CreateLogger(LogFloods.Telemetry);
+        WarnPerSignal(logger);
         if (!Otlp.EndpointSet)
         {
             return;
         }
 
-        var logger = loggers.CreateLogger(LogFloods.Telemetry);
         var options = new OtlpExporterOptions(); // the OTEL_ variables, read as each exporter reads them
 
         // The exporter hands 0 to HttpClient, which throws; it reports other values it cannot
@@ -38,6 +39,32 @@ internal sealed class OtlpExporterSettings
         if (_timeoutZero)
         {
             TernLog.OtlpSettingIgnored(logger, TimeoutVariable, "0", $"an export needs some time, so each waits up to {DefaultTimeout} ms (OpenTelemetry's default)");
+        }
+    }
+
+    /// <summary>
+    /// OpenTelemetry's per-signal variables (OTEL_EXPORTER_OTLP_METRICS_ENDPOINT and the like),
+    /// which .NET's AddOtlpExporter does not read: set alone, nothing was pushed and nothing said
+    /// why; set beside the general one, metrics or traces went where the operator had not pointed
+    /// them. One warning each; values are not shown (headers may hold a key).
+    /// </summary>
+    private static void WarnPerSignal(ILogger logger)
+    {
+        foreach (var signal in (string[])["METRICS", "TRACES"])
+        {
+            foreach (var setting in (string[])["ENDPOINT", "HEADERS", "TIMEOUT", "PROTOCOL"])
+            {
+                var variable = $"OTEL_EXPORTER_OTLP_{signal}_{setting}";
+                if (string.IsNullOrEmpty(Otlp.Variable(variable)))
+                {
+                    continue;
+                }
+
+                var consequence = setting != "ENDPOINT" ? ""
+                    : Otlp.EndpointSet ? $" (the collector's base address; over http/protobuf Tern adds /v1/{signal.ToLowerInvariant()})"
+                    : $", and {Otlp.EndpointVariable} is not set, so nothing is pushed";
+                TernLog.OtlpPerSignalIgnored(logger, variable, $"OTEL_EXPORTER_OTLP_{setting}", consequence);
+            }
         }
     }
 

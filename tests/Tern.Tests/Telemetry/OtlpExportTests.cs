@@ -242,6 +242,42 @@ public sealed class OtlpExportTests
         Assert.Single(tern.Output.Split('\n'), l => l.Contains(warning, StringComparison.Ordinal));
     }
 
+    /// <summary>
+    /// OpenTelemetry's per-signal variables, which .NET's OTLP exporter does not read: alone, the
+    /// metrics went nowhere without a word; beside the general endpoint, the signal went to the
+    /// general one while the operator believed otherwise. One warning each, and the signals go
+    /// where OTEL_EXPORTER_OTLP_ENDPOINT says, or nowhere without it.
+    /// </summary>
+    [Theory]
+    [InlineData(false, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT not used: Tern reads OTEL_EXPORTER_OTLP_ENDPOINT for metrics and traces alike, as OpenTelemetry .NET's exporter does, and OTEL_EXPORTER_OTLP_ENDPOINT is not set, so nothing is pushed")]
+    [InlineData(true, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT not used: Tern reads OTEL_EXPORTER_OTLP_ENDPOINT for metrics and traces alike, as OpenTelemetry .NET's exporter does (the collector's base address; over http/protobuf Tern adds /v1/metrics)")]
+    public async Task PerSignalEndpoint_OneWarning_TheSignalGoesWhereTheGeneralOneSays(bool general, string warning)
+    {
+        await using var collector = await Collector.StartAsync();
+        var (environment, _, management) = ExportingTo(collector.Address);
+        environment["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"] = general ? "http://127.0.0.1:1/v1/metrics" : collector.Address + "/v1/metrics";
+        if (!general)
+        {
+            environment.Remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+        }
+
+        await using var tern = TernProcess.Start(environment);
+        await tern.WaitUntilServingAsync(management);
+
+        await tern.WaitForOutputAsync(warning);
+        if (general)
+        {
+            await collector.WaitForAsync("/v1/metrics", _ => true, tern);
+        }
+        else
+        {
+            await Task.Delay(1000); // three metric intervals
+            Assert.Empty(collector.Exports);
+        }
+
+        Assert.Single(tern.Output.Split('\n'), l => l.Contains(warning, StringComparison.Ordinal));
+    }
+
     /// <summary>A collector that cannot be reached: Tern serves on and says so, once a minute however often the exporter tries.</summary>
     [Fact]
     public async Task CollectorUnreachable_OneWarningNamingTheVariable_TernServesOn()
