@@ -353,6 +353,11 @@ public static class TernHost
                 }
             }
 
+            foreach (var ignored in snapshot.Unread)
+            {
+                errors.WriteLine($"warn: {ignored.Key} {ignored.Reason}");
+            }
+
             errors.WriteLine("Tern did not start: the ReverseProxy section is invalid.");
             ((IDisposable?)app)?.Dispose();
             ((IDisposable)builder.Configuration).Dispose();

@@ -3,44 +3,67 @@ namespace Tern.Proxy.Configuration;
 /// <summary>One thing wrong with the configuration, named by the key that caused it.</summary>
 public sealed record ConfigurationProblem(string Key, string Message)
 {
+    /// <summary>The key, on one line (a JSON key may hold a line break).</summary>
+    public string Key { get; init; } = OneLine(Key);
+
+    /// <summary>The message, on one line: values it quotes may hold line breaks and other control characters.</summary>
+    public string Message { get; init; } = OneLine(Message);
+
     public override string ToString() => $"{Key}: {Message}";
+
+    /// <summary>Control characters written as escapes (\n, \u0007), so that each problem is one line.</summary>
+    public static string OneLine(string text)
+    {
+        if (!text.Any(char.IsControl))
+        {
+            return text;
+        }
+
+        var builder = new System.Text.StringBuilder(text.Length + 8);
+        foreach (var c in text)
+        {
+            builder.Append(c switch
+            {
+                '\n' => "\\n",
+                '\r' => "\\r",
+                '\t' => "\\t",
+                _ when char.IsControl(c) => $"\\u{(int)c:x4}",
+                _ => c.ToString(),
+            });
+        }
+
+        return builder.ToString();
+    }
 }
 
 /// <summary>
-/// A key Tern ignores, logged as a warning: one no part of Tern (or YARP) reads, or, where
-/// GivenToSection, a section given a value of its own (Tern__Https=5, beside Tern:Https:Port).
-/// Hint names the key meant, where one is close.
+/// A key Tern ignores, logged as a warning (Kind is the event: 104, 107, 108, 109); Reason is
+/// what is said of it after the key.
 /// </summary>
-public sealed record UnreadSetting(string Key, bool GivenToSection, string? Hint)
+public sealed record UnreadSetting(string Key, UnreadSetting.Kinds Kind, string Reason)
 {
-    /// <summary>Why it is ignored, which is also the event it is logged as (104, 107, 108, 109).</summary>
     public enum Kinds
     {
+        /// <summary>Under Tern: no setting of Tern's.</summary>
         NotTern,
+
+        /// <summary>Under Kestrel, outside Kestrel:Limits.</summary>
         NotKestrelLimit,
+
+        /// <summary>Under ReverseProxy: not read by YARP.</summary>
         NotYarp,
+
+        /// <summary>A section given a value of its own (Tern__Https=5 beside Tern:Https:Port).</summary>
         GivenToSection,
     }
 
-    public Kinds Kind => Key.Split(':')[0] switch
-    {
-        _ when GivenToSection => Kinds.GivenToSection,
-        var top when top.Equals("Kestrel", StringComparison.OrdinalIgnoreCase) => Kinds.NotKestrelLimit,
-        var top when top.Equals(ReverseProxyValidator.Section, StringComparison.OrdinalIgnoreCase) => Kinds.NotYarp,
-        _ => Kinds.NotTern,
-    };
+    /// <summary>A key under Tern or Kestrel that no reader asked for.</summary>
+    public static UnreadSetting Unknown(string key, bool section) => section
+        ? new(key, Kinds.GivenToSection, $"is a section, not a setting: the value given to it is ignored; give the settings under it ({key}:...; environment: {Environment(key)}__...)")
+        : key.Split(':')[0].Equals("Kestrel", StringComparison.OrdinalIgnoreCase)
+            ? new(key, Kinds.NotKestrelLimit, "is ignored: of the Kestrel section Tern reads only Kestrel:Limits; its listeners are set by Tern:Https:Port, Tern:Http:Port and Tern:Management:Port, their certificates by Tern:Tls:Certificates")
+            : new(key, Kinds.NotTern, "is not a Tern setting and is ignored (misspelt?)");
 
-    /// <summary>What is said of the key, after it.</summary>
-    public string Reason => Kind switch
-    {
-        Kinds.GivenToSection => $"is a section, not a setting: the value given to it is ignored; give the settings under it ({Key}:...; environment: {Key.Replace(":", "__", StringComparison.Ordinal)}__...)",
-        Kinds.NotKestrelLimit => "is ignored: of the Kestrel section Tern reads only Kestrel:Limits; its listeners are set by Tern:Https:Port, Tern:Http:Port and Tern:Management:Port, their certificates by Tern:Tls:Certificates",
-        Kinds.NotYarp => "is not read by YARP 2.1 and is ignored (" + Hint switch
-        {
-            null => "misspelt, or a setting of a later YARP?)",
-            _ when Hint.Contains(':', StringComparison.Ordinal) => $"YARP reads it as {Hint} under {Key[..Key.LastIndexOf(':')]})",
-            _ => $"misspelt? YARP reads {Hint})",
-        },
-        _ => "is not a Tern setting and is ignored (misspelt?)",
-    };
+    /// <summary>The environment variable's name for a key.</summary>
+    public static string Environment(string key) => key.Replace(":", "__", StringComparison.Ordinal);
 }

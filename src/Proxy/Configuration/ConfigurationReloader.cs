@@ -125,7 +125,9 @@ internal sealed class ConfigurationReloader(
     {
         {
             var snapshot = ConfigurationSnapshot.TryLoad(live, out var problems, out var unread);
-            foreach (var ignored in unread) // also when the change is rejected: a misspelt key is often why
+            // Those not named already (at start or by the last reload applied), and also when the
+            // change is rejected: a misspelt key is often why.
+            foreach (var ignored in unread.Except(active.Current.Unread))
             {
                 TernLog.Unread(logger, ignored);
             }

@@ -55,10 +55,14 @@ public sealed record ConfigurationSnapshot(
         var ticketKeys = LoadTicketKeys(settings.SessionTicketKeysPath, reader.Problems);
         var clientCertificates = ClientCertificateTrust.Load(settings, reader.Problems);
 
+        // What YARP drops from a route's Match widens the route: a problem, not a warning.
+        var yarp = YarpKeys.Unread(reverseProxy).ToLookup(u => YarpKeys.InMatch(u.Key));
+        reader.Problems.AddRange(yarp[true].Select(u => new ConfigurationProblem(u.Key, u.Reason)));
+
         problems = reader.Problems;
         unread = reader.UnreadKeys(TernSettings.Section).Concat(Listeners.ListenerLimits.IgnoredKeys(configuration))
-            .Select(key => new UnreadSetting(key, IsSection(configuration, key), null))
-            .Concat(YarpKeys.Unread(reverseProxy))
+            .Select(key => UnreadSetting.Unknown(key, IsSection(configuration, key)))
+            .Concat(yarp[false])
             .ToList();
         if (problems.Count > 0 || certificates is null)
         {

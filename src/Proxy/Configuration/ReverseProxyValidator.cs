@@ -1,4 +1,6 @@
+using System.Globalization;
 using System.Text.RegularExpressions;
+using Microsoft.AspNetCore.Routing.Patterns;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Yarp.ReverseProxy.Configuration;
@@ -64,8 +66,17 @@ internal static partial class ReverseProxyValidator
             }
 
             CheckHosts(route, problems);
-            CheckPathTemplate(route, problems);
-            CheckPathPatterns(route, problems);
+            var path = route["Match:Path"];
+            var pattern = string.IsNullOrEmpty(path) ? null : Parse(path);
+            if (string.IsNullOrEmpty(path) || pattern is not null) // YARP names a template it cannot parse itself
+            {
+                if (pattern is not null)
+                {
+                    CheckPathTemplate(route, path!, pattern, problems);
+                }
+
+                CheckPathPatterns(route, pattern, problems);
+            }
 
             var allowPlain = route[$"Metadata:{AllowPlainHttpMetadata}"];
             if (allowPlain is not null && !bool.TryParse(allowPlain, out _))
@@ -91,7 +102,7 @@ internal static partial class ReverseProxyValidator
                     problems.Add(new($"{destination.Path}:Address", problem));
                 }
 
-                if (!string.IsNullOrEmpty(destination["Health"]) && AddressProblem(destination["Health"]) is { } health)
+                if (!string.IsNullOrEmpty(destination["Health"]) && AddressProblem(destination["Health"], probe: true) is { } health)
                 {
                     problems.Add(new($"{destination.Path}:Health", health));
                 }
@@ -139,30 +150,36 @@ internal static partial class ReverseProxyValidator
     }
 
     /// <summary>
-    /// Why an upstream address cannot be used, or null. YARP joins the request's path and query to
-    /// the address as text, so a query in it went before every request's path (?x=1/api?q=1) and a
-    /// fragment into it (/base#f/api); the URL's user and password are never sent.
+    /// Why an upstream address (or, for <paramref name="probe"/>, a destination's Health address)
+    /// cannot be used, or null. YARP joins the request's path and query to an address as text, so
+    /// a query in it went before every request's path (?x=1/api?q=1) and a fragment into it
+    /// (/base#f/api); a probe drops both. The URL's user and password are never sent.
     /// </summary>
-    private static string? AddressProblem(string? address)
+    private static string? AddressProblem(string? address, bool probe = false)
     {
         if (!Uri.TryCreate(address, UriKind.Absolute, out var uri) || (uri.Scheme != Uri.UriSchemeHttp && uri.Scheme != Uri.UriSchemeHttps) || string.IsNullOrEmpty(uri.Host))
         {
             return $"'{address}' is not an absolute http:// or https:// URL";
         }
 
+        const string Form = "an address is scheme://host[:port][/path]";
         return uri switch
         {
             { UserInfo.Length: > 0 } => $"'{uri.GetComponents(UriComponents.SchemeAndServer | UriComponents.Path, UriFormat.UriEscaped)}' has a user and password (user@), which are never sent; send an Authorization header with a RequestHeader transform",
-            { Query.Length: > 0 } => $"'{address}' has a query ({uri.Query}), which would be put before each request's path; an address is scheme://host[:port][/path]",
-            { Fragment.Length: > 0 } => $"'{address}' has a fragment ({uri.Fragment}), which would be sent inside each request's path; an address is scheme://host[:port][/path]",
+            { Query.Length: > 0 } when probe => $"'{address}' has a query ({uri.Query}), which YARP drops from its probes; {Form}, and the probe's path is HealthCheck:Active:Path",
+            { Fragment.Length: > 0 } when probe => $"'{address}' has a fragment ({uri.Fragment}), which YARP drops from its probes; {Form}",
+            { Query.Length: > 0 } => $"'{address}' has a query ({uri.Query}), which would be put before each request's path; {Form}",
+            { Fragment.Length: > 0 } => $"'{address}' has a fragment ({uri.Fragment}), which would be sent inside each request's path; {Form}",
             _ => null,
         };
     }
 
     /// <summary>
-    /// Match:Hosts as ASP.NET Core's host matching reads them: a host it cannot read (an IPv6
-    /// address, a port that is not a number or *) made every request of every route a 500, with
-    /// its exception logged, and a port no request can carry left the route unreachable.
+    /// Match:Hosts as ASP.NET Core's host matching reads them (host, or host:port where port is a
+    /// number or *, split at every ':'): a host it cannot read (an IPv6 address, an empty port)
+    /// made every request of every route a 500, with its exception logged, and a port no request
+    /// can carry (0, 70000) left the route unreachable. '[' is taken as the start of an IPv6
+    /// address, which ASP.NET Core would read as a name ([v]) that no request carries.
     /// </summary>
     private static void CheckHosts(IConfigurationSection route, List<ConfigurationProblem> problems)
     {
@@ -180,7 +197,7 @@ internal static partial class ReverseProxyValidator
                 _ when host.Contains('[', StringComparison.Ordinal) || parts.Length > 2 => "ASP.NET Core's host matching cannot match an IPv6 address (nor read more than one ':'); leave Hosts out for a route served by address",
                 [""] or ["", _] => "names no host: give a name (example.com, *.example.com) or *",
                 [_, "*"] => null,
-                [_, var port] when !int.TryParse(port, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var number) || number is < 1 or > 65535 => $"'{port}' is not a port: give 1-65535 or *, or no port",
+                [_, var port] when !int.TryParse(port, NumberStyles.Integer, CultureInfo.InvariantCulture, out var number) || number is < 1 or > 65535 => $"'{port}' is not a port: give 1-65535 or *, or no port",
                 _ => null,
             };
             if (problem is not null)
@@ -195,16 +212,9 @@ internal static partial class ReverseProxyValidator
     /// /api/.*, ^/api): ASP.NET Core's route templates have no wildcards outside a {**catch-all},
     /// so it matched that text alone and every other request of the route was a 404.
     /// </summary>
-    private static void CheckPathTemplate(IConfigurationSection route, List<ConfigurationProblem> problems)
+    private static void CheckPathTemplate(IConfigurationSection route, string path, RoutePattern pattern, List<ConfigurationProblem> problems)
     {
-        var path = route["Match:Path"];
-        if (string.IsNullOrEmpty(path) || !Parses(path, out var pattern))
-        {
-            return; // YARP names a template it cannot parse itself
-        }
-
-        var literals = pattern.PathSegments.SelectMany(s => s.Parts).OfType<Microsoft.AspNetCore.Routing.Patterns.RoutePatternLiteralPart>().Select(l => l.Content).ToList();
-        var wildcard = literals.Any(l => l.Contains('*', StringComparison.Ordinal));
+        var wildcard = pattern.PathSegments.SelectMany(s => s.Parts).OfType<RoutePatternLiteralPart>().Any(l => l.Content.Contains('*', StringComparison.Ordinal));
         if (wildcard || path.StartsWith('^'))
         {
             var cut = path.IndexOfAny(['*', '{']);
@@ -214,49 +224,44 @@ internal static partial class ReverseProxyValidator
         }
     }
 
-    private static bool Parses(string template, out Microsoft.AspNetCore.Routing.Patterns.RoutePattern pattern)
-    {
-        try
-        {
-            pattern = Microsoft.AspNetCore.Routing.Patterns.RoutePatternFactory.Parse(template);
-            return true;
-        }
-        catch (Microsoft.AspNetCore.Routing.Patterns.RoutePatternException)
-        {
-            pattern = null!;
-            return false;
-        }
-    }
-
     /// <summary>
-    /// A PathPattern transform's parameters must be captured by the route's Match:Path: YARP
-    /// sends '/' for a pattern it cannot fill, so a misnamed one ({**rest} against {**remainder})
-    /// sent every request of the route to the upstream's root without a word.
+    /// A PathPattern transform's parameters must be captured by the route's Match:Path, YARP's
+    /// only source for them: a misnamed one ({**rest} against {**remainder}) was left out of the
+    /// path sent upstream, and an unfilled required one made it '/', for every request of the
+    /// route and without a word.
     /// </summary>
-    private static void CheckPathPatterns(IConfigurationSection route, List<ConfigurationProblem> problems)
+    private static void CheckPathPatterns(IConfigurationSection route, RoutePattern? match, List<ConfigurationProblem> problems)
     {
-        HashSet<string>? captured = null;
+        var captured = new HashSet<string>(match?.Parameters.Select(p => p.Name) ?? [], StringComparer.OrdinalIgnoreCase);
         foreach (var transform in route.GetSection("Transforms").GetChildren())
         {
             foreach (var entry in transform.GetChildren())
             {
-                if (!entry.Key.Equals("PathPattern", StringComparison.OrdinalIgnoreCase) || string.IsNullOrEmpty(entry.Value) || Parameters(entry.Value) is not { } used)
+                if (!entry.Key.Equals("PathPattern", StringComparison.OrdinalIgnoreCase) || string.IsNullOrEmpty(entry.Value) || Parse(entry.Value) is not { } used)
                 {
                     continue; // one YARP cannot parse, YARP refuses itself
                 }
 
-                captured ??= Parameters(route["Match:Path"] ?? "") ?? [];
-                foreach (var name in used.Where(n => !captured.Contains(n)))
+                foreach (var name in used.Parameters.Select(p => p.Name).Where(n => !captured.Contains(n)))
                 {
-                    problems.Add(new(entry.Path, $"'{entry.Value}' uses {{{name}}}, which {route.Path}:Match:Path does not capture ({(captured.Count == 0 ? "it captures nothing" : "it captures " + string.Join(", ", captured.Order(StringComparer.OrdinalIgnoreCase).Select(c => "{" + c + "}")))}); YARP would send such requests to /"));
+                    problems.Add(new(entry.Path, $"'{entry.Value}' uses {{{name}}}, which {route.Path}:Match:Path does not capture ({(captured.Count == 0 ? "it captures nothing" : "it captures " + string.Join(", ", captured.Order(StringComparer.OrdinalIgnoreCase).Select(c => "{" + c + "}")))}); YARP would leave it out of the path it sends, or send / where it is required"));
                 }
             }
         }
     }
 
-    /// <summary>The parameter names of a route template, or null when ASP.NET Core cannot parse it.</summary>
-    private static HashSet<string>? Parameters(string template) =>
-        Parses(template, out var pattern) ? new(pattern.Parameters.Select(p => p.Name), StringComparer.OrdinalIgnoreCase) : null;
+    /// <summary>A route template as ASP.NET Core reads it, or null when it cannot.</summary>
+    private static RoutePattern? Parse(string template)
+    {
+        try
+        {
+            return RoutePatternFactory.Parse(template);
+        }
+        catch (RoutePatternException)
+        {
+            return null;
+        }
+    }
 
     /// <summary>
     /// The values YARP's reader converts (numbers, booleans, enums, durations, URIs). It names

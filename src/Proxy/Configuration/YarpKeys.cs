@@ -9,12 +9,14 @@ namespace Tern.Proxy.Configuration;
 /// </summary>
 internal static class YarpKeys
 {
-    /// <summary>A node of the key tree: named children, children of any name (routes, indexes, metadata), or a value.</summary>
-    private sealed class Node(Dictionary<string, Node>? named = null, Node? any = null)
+    /// <summary>A node of the key tree: named children, children of any name (routes, metadata) or a list's items (0, 1, ...), or a value.</summary>
+    private sealed class Node(Dictionary<string, Node>? named = null, Node? any = null, bool list = false)
     {
         public Dictionary<string, Node>? Named { get; } = named;
 
         public Node? Any { get; } = any;
+
+        public bool List { get; } = list;
 
         public bool IsValue => Named is null && Any is null;
     }
@@ -26,21 +28,23 @@ internal static class YarpKeys
 
     private static Node AnyName(Node child) => new(any: child);
 
+    private static Node ListOf(Node item) => new(any: item, list: true);
+
     private static (string, Node)[] Values(params string[] names) => [.. names.Select(n => (n, Value))];
 
     private static readonly Node Root = BuildRoot();
 
     private static Node BuildRoot()
     {
-        var matchEntry = Of(Values("Name", "Mode", "IsCaseSensitive").Append(("Values", AnyName(Value))).ToArray());
+        var matchEntry = Of(Values("Name", "Mode", "IsCaseSensitive").Append(("Values", ListOf(Value))).ToArray());
         var route = Of(
         [
             // RouteId: YARP throws on it (ids are the keys now), and says so. OutputCachePolicy:
             // not read by YARP 2.1, refused by ReverseProxyValidator with its own reason.
             .. Values("RouteId", "Order", "MaxRequestBodySize", "ClusterId", "AuthorizationPolicy", "RateLimiterPolicy", "TimeoutPolicy", "Timeout", "CorsPolicy", "OutputCachePolicy"),
             ("Metadata", AnyName(Value)),
-            ("Transforms", AnyName(AnyName(Value))),
-            ("Match", Of(("Path", Value), ("Methods", AnyName(Value)), ("Hosts", AnyName(Value)), ("Headers", AnyName(matchEntry)), ("QueryParameters", AnyName(matchEntry)))),
+            ("Transforms", ListOf(AnyName(Value))),
+            ("Match", Of(("Path", Value), ("Methods", ListOf(Value)), ("Hosts", ListOf(Value)), ("Headers", ListOf(matchEntry)), ("QueryParameters", ListOf(matchEntry)))),
         ]);
         var cluster = Of(
             ("LoadBalancingPolicy", Value),
@@ -56,7 +60,7 @@ internal static class YarpKeys
             ("HttpClient", Of(
             [
                 .. Values("DangerousAcceptAnyServerCertificate", "MaxConnectionsPerServer", "EnableMultipleHttp2Connections", "RequestHeaderEncoding", "ResponseHeaderEncoding"),
-                ("SslProtocols", AnyName(Value)),
+                ("SslProtocols", ListOf(Value)),
                 ("WebProxy", Of(Values("Address", "BypassOnLocal", "UseDefaultCredentials"))),
             ])),
             ("HttpRequest", Of(Values("ActivityTimeout", "Version", "VersionPolicy", "AllowResponseBuffering"))),
@@ -82,24 +86,59 @@ internal static class YarpKeys
         }
     }
 
+    /// <summary>
+    /// Whether an unread key is in a route's Match: there, what YARP drops leaves the route
+    /// matching more than was written (a misspelt "Host" matches every host, Hosts given one value
+    /// rather than a list likewise), so it is a problem, not a warning.
+    /// </summary>
+    public static bool InMatch(string key) =>
+        key.Split(':') is [_, var routes, _, var match, ..] && routes.Equals("Routes", StringComparison.OrdinalIgnoreCase) && match.Equals("Match", StringComparison.OrdinalIgnoreCase);
+
     private static UnreadSetting? Find(string key, bool empty)
     {
         var parts = key.Split(':');
         var node = Root;
+        Node? parent = null;
         for (var i = 1; i < parts.Length; i++)
         {
+            var at = string.Join(':', parts[..(i + 1)]);
+            if (node.IsValue)
+            {
+                return NotRead(at, $"{string.Join(':', parts[..i])} takes a value, not settings under it");
+            }
+
             var next = node.Named?.GetValueOrDefault(parts[i]) ?? node.Any;
             if (next is null)
             {
-                return new(string.Join(':', parts[..(i + 1)]), false, Hint(node, parts[i]));
+                return NotRead(at, Hint(node, parts[i]) switch
+                {
+                    null => "misspelt, or a setting of a later YARP?",
+                    var hint when hint.Contains(':', StringComparison.Ordinal) => $"YARP reads it as {hint} under {string.Join(':', parts[..i])}",
+                    var hint => $"misspelt? YARP reads {hint}",
+                });
             }
 
-            node = next;
+            (parent, node) = (node, next);
         }
 
         // An empty value is how JSON's empty object or array ({} or []) arrives: nothing given.
-        return node.IsValue || empty ? null : new(key, true, null);
+        if (node.IsValue || empty)
+        {
+            return null;
+        }
+
+        var list = key[..Math.Max(key.LastIndexOf(':'), 0)];
+        var (what, instead) = node.List ? ("a list", $"give its items as {key}:0, {key}:1, ... (environment: {UnreadSetting.Environment(key)}__0, ...)")
+            : parent is { List: true } ? ($"an item of the list {list}, a section", $"write {list}:0:{parts[^1]} (environment: {UnreadSetting.Environment(list)}__0__{parts[^1]})")
+            : ("a section, not a setting", $"give the settings under it ({key}:...; environment: {UnreadSetting.Environment(key)}__...)");
+        return new(key, UnreadSetting.Kinds.GivenToSection, InMatch(key)
+            ? $"is {what}: YARP would ignore the value given to it, and the route match more requests than written; {instead}"
+            : $"is {what}: the value given to it is ignored; {instead}");
     }
+
+    private static UnreadSetting NotRead(string key, string why) => InMatch(key)
+        ? new(key, UnreadSetting.Kinds.NotYarp, $"is not read by YARP 2.1 ({why}), so the route would match more requests than written")
+        : new(key, UnreadSetting.Kinds.NotYarp, $"is not read by YARP 2.1 and is ignored ({why})");
 
     /// <summary>Where YARP reads a name like this one: the same name one level down (a route's Path is Match:Path), or a sibling spelt nearly the same.</summary>
     private static string? Hint(Node node, string part)

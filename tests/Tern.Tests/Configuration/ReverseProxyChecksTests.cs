@@ -41,6 +41,7 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Routes:r:Match:Hosts:0", "*.example.com:8443", null)]
     [InlineData("Routes:r:Match:Hosts:0", "example.com:*", null)]
     [InlineData("Routes:r:Match:Hosts:0", "*", null)]
+    [InlineData("Routes:r:Match:Hosts:0", "example.com:+443", null)] // ASP.NET Core reads it as 443
     // A path written as nginx or Envoy take a prefix, or as a regular expression, matched that text alone.
     [InlineData("Routes:r:Match:Path", "/api/*", "'/api/*' is written as a wildcard, but a route template takes neither: it matches only the path '/api/*' itself; for every path under /api write /api/{**rest}")]
     [InlineData("Routes:r:Match:Path", "/*", "'/*' is written as a wildcard, but a route template takes neither: it matches only the path '/*' itself; for every path under / write /{**rest}")]
@@ -49,7 +50,7 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Routes:r:Match:Path", "/odata/$metadata", null)] // OData's paths are literal
     [InlineData("Routes:r:Match:Path", "/api/{*rest}", null)]
     // A PathPattern YARP cannot fill sent the route's requests to '/'.
-    [InlineData("Routes:r:Transforms:0:PathPattern", "/v2/{**remainder}", "'/v2/{**remainder}' uses {remainder}, which ReverseProxy:Routes:r:Match:Path does not capture (it captures {rest}); YARP would send such requests to /")]
+    [InlineData("Routes:r:Transforms:0:PathPattern", "/v2/{**remainder}", "'/v2/{**remainder}' uses {remainder}, which ReverseProxy:Routes:r:Match:Path does not capture (it captures {rest}); YARP would leave it out of the path it sends, or send / where it is required")]
     [InlineData("Routes:r:Transforms:0:pathpattern", "/v2/{**REST}", null)] // any case, as ASP.NET Core's routing
     [InlineData("Routes:r:Transforms:0:PathPattern", "/v2/{**rest", null)] // YARP refuses what it cannot parse itself
     // An address YARP joins the request's path to as text.
@@ -58,7 +59,7 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Clusters:c:Destinations:d1:Address", "http://app:s3cret@127.0.0.1:1/", "'http://127.0.0.1:1/' has a user and password (user@), which are never sent")]
     [InlineData("Clusters:c:Destinations:d1:Address", "https://app.internal:8443/base/", null)]
     [InlineData("Clusters:c:Destinations:d1:Health", "not a url", "'not a url' is not an absolute http:// or https:// URL")]
-    [InlineData("Clusters:c:Destinations:d1:Health", "http://127.0.0.1:2/?probe=1", "'http://127.0.0.1:2/?probe=1' has a query (?probe=1)")]
+    [InlineData("Clusters:c:Destinations:d1:Health", "http://127.0.0.1:2/?probe=1", "'http://127.0.0.1:2/?probe=1' has a query (?probe=1), which YARP drops from its probes")]
     [InlineData("Clusters:c:Destinations:d1:Health", "http://127.0.0.1:2/", null)]
     [InlineData("Clusters:c:Destinations:d1:Health", "", null)]
     // A probe path YARP's PathString throws on at every probe.
@@ -85,23 +86,23 @@ public sealed class ReverseProxyChecksTests
     }
 
     [Theory]
-    [InlineData("ReverseProxy:Clusters:c:HttpRequest:ActivityTimout", "00:00:05", "ReverseProxy:Clusters:c:HttpRequest:ActivityTimout", false, "ActivityTimeout")]
-    [InlineData("ReverseProxy:Routes:r:Match:Pth", "/x", "ReverseProxy:Routes:r:Match:Pth", false, "Path")]
-    [InlineData("ReverseProxy:Routes:r:Match:Host:0", "example.com", "ReverseProxy:Routes:r:Match:Host", false, "Hosts")] // the route would match every host
-    [InlineData("ReverseProxy:Routes:r:Path", "/x", "ReverseProxy:Routes:r:Path", false, "Match:Path")]
-    [InlineData("ReverseProxy:Clusters:c:Address", "http://x/", "ReverseProxy:Clusters:c:Address", false, "Destinations:<name>:Address")]
-    [InlineData("ReverseProxy:Clusters:c:Destinatons:d2:Address", "http://x/", "ReverseProxy:Clusters:c:Destinatons", false, "Destinations")] // named once, where it goes wrong
-    [InlineData("ReverseProxy:Clusters:c:HealthCheck:Active:Query", "a=1", "ReverseProxy:Clusters:c:HealthCheck:Active:Query", false, null)] // a later YARP's
-    [InlineData("ReverseProxy:Routes:r:Transforms:0:RequestHeader:x", "1", "ReverseProxy:Routes:r:Transforms:0:RequestHeader:x", false, null)]
-    [InlineData("ReverseProxy:Routes", "5", "ReverseProxy:Routes", true, null)]
-    [InlineData("ReverseProxy", "5", "ReverseProxy", true, null)]
-    [InlineData("Tern:Https", "5", "Tern:Https", true, null)]
-    [InlineData("Tern", "5", "Tern", true, null)]
-    [InlineData("Kestrel:Limits", "5", "Kestrel:Limits", true, null)]
-    [InlineData("Kestrel", "5", "Kestrel", true, null)]
-    [InlineData("Kestrel:AddServerHeader", "true", "Kestrel:AddServerHeader", false, null)]
-    [InlineData("Tern:Htps:Port", "1", "Tern:Htps:Port", false, null)]
-    public void KeyNothingReads_IsNamedAsIgnored_WithTheNameMeant(string key, string value, string named, bool section, string? hint)
+    [InlineData("ReverseProxy:Clusters:c:HttpRequest:ActivityTimout", "00:00:05", "ReverseProxy:Clusters:c:HttpRequest:ActivityTimout", 108, "is not read by YARP 2.1 and is ignored (misspelt? YARP reads ActivityTimeout)")]
+    [InlineData("ReverseProxy:Routes:r:Path", "/x", "ReverseProxy:Routes:r:Path", 108, "is not read by YARP 2.1 and is ignored (YARP reads it as Match:Path under ReverseProxy:Routes:r)")]
+    [InlineData("ReverseProxy:Clusters:c:Address", "http://x/", "ReverseProxy:Clusters:c:Address", 108, "is not read by YARP 2.1 and is ignored (YARP reads it as Destinations:<name>:Address under ReverseProxy:Clusters:c)")]
+    [InlineData("ReverseProxy:Clusters:c:Destinatons:d2:Address", "http://x/", "ReverseProxy:Clusters:c:Destinatons", 108, "is not read by YARP 2.1 and is ignored (misspelt? YARP reads Destinations)")] // named once, where it goes wrong
+    [InlineData("ReverseProxy:Clusters:c:HealthCheck:Active:Query", "a=1", "ReverseProxy:Clusters:c:HealthCheck:Active:Query", 108, "is not read by YARP 2.1 and is ignored (misspelt, or a setting of a later YARP?)")] // a later YARP's
+    [InlineData("ReverseProxy:Routes:r:Transforms:0:RequestHeader:x", "1", "ReverseProxy:Routes:r:Transforms:0:RequestHeader:x", 108, "is not read by YARP 2.1 and is ignored (ReverseProxy:Routes:r:Transforms:0:RequestHeader takes a value, not settings under it)")]
+    [InlineData("ReverseProxy:Clusters:c:HttpClient:SslProtocols", "Tls12", "ReverseProxy:Clusters:c:HttpClient:SslProtocols", 109, "is a list: the value given to it is ignored; give its items as ReverseProxy:Clusters:c:HttpClient:SslProtocols:0, ReverseProxy:Clusters:c:HttpClient:SslProtocols:1, ... (environment: ReverseProxy__Clusters__c__HttpClient__SslProtocols__0, ...)")]
+    [InlineData("ReverseProxy:Routes:r:Transforms:PathPrefix", "/x", "ReverseProxy:Routes:r:Transforms:PathPrefix", 109, "is an item of the list ReverseProxy:Routes:r:Transforms, a section: the value given to it is ignored; write ReverseProxy:Routes:r:Transforms:0:PathPrefix (environment: ReverseProxy__Routes__r__Transforms__0__PathPrefix)")]
+    [InlineData("ReverseProxy:Routes", "5", "ReverseProxy:Routes", 109, "is a section, not a setting: the value given to it is ignored; give the settings under it (ReverseProxy:Routes:...; environment: ReverseProxy__Routes__...)")]
+    [InlineData("ReverseProxy", "5", "ReverseProxy", 109, "is a section, not a setting")]
+    [InlineData("Tern:Https", "5", "Tern:Https", 109, "is a section, not a setting: the value given to it is ignored; give the settings under it (Tern:Https:...; environment: Tern__Https__...)")]
+    [InlineData("Tern", "5", "Tern", 109, "is a section, not a setting")]
+    [InlineData("Kestrel:Limits", "5", "Kestrel:Limits", 109, "is a section, not a setting")]
+    [InlineData("Kestrel", "5", "Kestrel", 109, "is a section, not a setting")]
+    [InlineData("Kestrel:AddServerHeader", "true", "Kestrel:AddServerHeader", 107, "is ignored: of the Kestrel section Tern reads only Kestrel:Limits")]
+    [InlineData("Tern:Htps:Port", "1", "Tern:Htps:Port", 104, "is not a Tern setting and is ignored (misspelt?)")]
+    public void KeyNothingReads_IsNamedAsIgnored_WithTheNameMeant(string key, string value, string named, int eventId, string reason)
     {
         var values = Base();
         values["Tern:Https:Port"] = "8443";
@@ -112,7 +113,60 @@ public sealed class ReverseProxyChecksTests
 
         Assert.Empty(problems);
         var unread = Assert.Single(snapshot!.Unread);
-        Assert.Equal(new UnreadSetting(named, section, hint), unread);
+        Assert.Equal(named, unread.Key);
+        Assert.StartsWith(reason, unread.Reason, StringComparison.Ordinal);
+        Assert.Equal(eventId, unread.Kind switch
+        {
+            UnreadSetting.Kinds.NotTern => 104,
+            UnreadSetting.Kinds.NotKestrelLimit => 107,
+            UnreadSetting.Kinds.NotYarp => 108,
+            _ => 109,
+        });
+    }
+
+    /// <summary>What YARP drops from a route's Match leaves the route matching more than written: refused, not warned of.</summary>
+    [Theory]
+    [InlineData("ReverseProxy:Routes:r:Match:Host:0", "admin.example.com", "ReverseProxy:Routes:r:Match:Host", "is not read by YARP 2.1 (misspelt? YARP reads Hosts), so the route would match more requests than written")]
+    [InlineData("ReverseProxy:Routes:r:Match:Pth", "/x", "ReverseProxy:Routes:r:Match:Pth", "is not read by YARP 2.1 (misspelt? YARP reads Path), so the route would match more requests than written")]
+    [InlineData("ReverseProxy:Routes:r:Match:Hosts", "admin.example.com", "ReverseProxy:Routes:r:Match:Hosts", "is a list: YARP would ignore the value given to it, and the route match more requests than written; give its items as ReverseProxy:Routes:r:Match:Hosts:0, ReverseProxy:Routes:r:Match:Hosts:1, ... (environment: ReverseProxy__Routes__r__Match__Hosts__0, ...)")]
+    [InlineData("ReverseProxy:Routes:r:Match:Methods", "GET", "ReverseProxy:Routes:r:Match:Methods", "is a list: YARP would ignore the value given to it")]
+    [InlineData("ReverseProxy:Routes:r:Match:Headers:Name", "X-Admin", "ReverseProxy:Routes:r:Match:Headers:Name", "is an item of the list ReverseProxy:Routes:r:Match:Headers, a section: YARP would ignore the value given to it, and the route match more requests than written; write ReverseProxy:Routes:r:Match:Headers:0:Name")]
+    public void MatchKeyYarpDoesNotRead_IsAProblem(string key, string value, string named, string message)
+    {
+        var values = Base();
+        values[key] = value;
+
+        Load(values, out var problems);
+
+        var found = Assert.Single(problems);
+        Assert.Equal(named, found.Key);
+        Assert.StartsWith(message, found.Message, StringComparison.Ordinal);
+    }
+
+    /// <summary>A Match:Path ASP.NET Core cannot parse is YARP's to name ("Invalid path"); a PathPattern is not blamed for it.</summary>
+    [Fact]
+    public void PathPattern_OnAPathYarpRefuses_IsNotBlamed()
+    {
+        var values = Base();
+        values[$"{Route}:Match:Path"] = "/api/{**rest";
+        values[$"{Route}:Transforms:0:PathPattern"] = "/v2/{**rest}";
+
+        Load(values, out var problems);
+
+        Assert.Empty(problems);
+    }
+
+    /// <summary>Each problem is one line: a value quoted in it may hold line breaks (a JSON string can).</summary>
+    [Fact]
+    public void ValueWithALineBreak_IsQuotedOnOneLine()
+    {
+        var values = Base();
+        values[$"{Route}:Match:Hosts:0"] = "a\nb:c:d";
+
+        Load(values, out var problems);
+
+        var found = Assert.Single(problems);
+        Assert.StartsWith("'a\\nb:c:d': ASP.NET Core's host matching cannot match", found.Message, StringComparison.Ordinal);
     }
 
     [Theory]
