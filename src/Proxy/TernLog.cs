@@ -108,7 +108,7 @@ internal static partial class TernLog
     [LoggerMessage(502, LogLevel.Warning, "{Variable} not used: the OTLP exporter cannot read it (write name=value entries separated by commas, each name once and a valid HTTP header name, User-Agent not among them; the value is not shown, as it may hold a key), so nothing is pushed")]
     public static partial void OtlpHeadersIgnored(ILogger logger, string variable);
 
-    [LoggerMessage(504, LogLevel.Warning, "{Variable} not used: Tern reads {General} for metrics and traces alike, as OpenTelemetry .NET's exporter does{Consequence}")]
+    [LoggerMessage(504, LogLevel.Warning, "{Variable} not used: Tern's exporter, OpenTelemetry .NET's AddOtlpExporter, reads {General} for metrics and traces alike{Consequence}")]
     public static partial void OtlpPerSignalIgnored(ILogger logger, string variable, string general, string consequence);
 
     [LoggerMessage(503, LogLevel.Warning, "OTLP export off: the exporter cannot be made with the OTEL_ settings ({Message}), so nothing is pushed")]

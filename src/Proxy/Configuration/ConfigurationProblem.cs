@@ -3,11 +3,14 @@ namespace Tern.Proxy.Configuration;
 /// <summary>One thing wrong with the configuration, named by the key that caused it.</summary>
 public sealed record ConfigurationProblem(string Key, string Message)
 {
+    private readonly string _key = OneLine(Key);
+    private readonly string _message = OneLine(Message);
+
     /// <summary>The key, on one line (a JSON key may hold a line break).</summary>
-    public string Key { get; init; } = OneLine(Key);
+    public string Key { get => _key; init => _key = OneLine(value); }
 
     /// <summary>The message, on one line: values it quotes may hold line breaks and other control characters.</summary>
-    public string Message { get; init; } = OneLine(Message);
+    public string Message { get => _message; init => _message = OneLine(value); }
 
     public override string ToString() => $"{Key}: {Message}";
 
@@ -38,10 +41,18 @@ public sealed record ConfigurationProblem(string Key, string Message)
 
 /// <summary>
 /// A key Tern ignores, logged as a warning (Kind is the event: 104, 107, 108, 109); Reason is
-/// what is said of it after the key.
+/// what is said of it after the key, both on one line. Value is what the configuration holds there
+/// (every key and value under it, for a section), so that a reload names it again once it changes.
 /// </summary>
-public sealed record UnreadSetting(string Key, UnreadSetting.Kinds Kind, string Reason)
+public sealed record UnreadSetting(string Key, UnreadSetting.Kinds Kind, string Reason, string? Value = null)
 {
+    private readonly string _key = ConfigurationProblem.OneLine(Key);
+    private readonly string _reason = ConfigurationProblem.OneLine(Reason);
+
+    public string Key { get => _key; init => _key = ConfigurationProblem.OneLine(value); }
+
+    public string Reason { get => _reason; init => _reason = ConfigurationProblem.OneLine(value); }
+
     public enum Kinds
     {
         /// <summary>Under Tern: no setting of Tern's.</summary>

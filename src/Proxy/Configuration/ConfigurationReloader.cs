@@ -125,8 +125,9 @@ internal sealed class ConfigurationReloader(
     {
         {
             var snapshot = ConfigurationSnapshot.TryLoad(live, out var problems, out var unread);
-            // Those not named already (at start or by the last reload applied), and also when the
-            // change is rejected: a misspelt key is often why.
+            // Those not named already, as they are now (at start or by the last reload applied: a
+            // value changed under an ignored key is named again), and also when the change is
+            // rejected: a misspelt key is often why.
             foreach (var ignored in unread.Except(active.Current.Unread))
             {
                 TernLog.Unread(logger, ignored);

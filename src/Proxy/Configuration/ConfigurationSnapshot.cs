@@ -61,7 +61,7 @@ public sealed record ConfigurationSnapshot(
 
         problems = reader.Problems;
         unread = reader.UnreadKeys(TernSettings.Section).Concat(Listeners.ListenerLimits.IgnoredKeys(configuration))
-            .Select(key => UnreadSetting.Unknown(key, IsSection(configuration, key)))
+            .Select(key => UnreadSetting.Unknown(key, IsSection(configuration, key)) with { Value = configuration[key] })
             .Concat(yarp[false])
             .ToList();
         if (problems.Count > 0 || certificates is null)

@@ -209,19 +209,24 @@ internal static partial class ReverseProxyValidator
 
     /// <summary>
     /// A Match:Path written as nginx or Envoy take a prefix, or as a regular expression (/api/*,
-    /// /api/.*, ^/api): ASP.NET Core's route templates have no wildcards outside a {**catch-all},
-    /// so it matched that text alone and every other request of the route was a 404.
+    /// /api/.*, /api/[^/]+, ^/api$): ASP.NET Core's route templates have no wildcards outside a
+    /// {**catch-all}, so it matched that text alone and every other request of the route was a
+    /// 404. A '$' alone is a literal (OData's /$metadata).
     /// </summary>
     private static void CheckPathTemplate(IConfigurationSection route, string path, RoutePattern pattern, List<ConfigurationProblem> problems)
     {
-        var wildcard = pattern.PathSegments.SelectMany(s => s.Parts).OfType<RoutePatternLiteralPart>().Any(l => l.Content.Contains('*', StringComparison.Ordinal));
-        if (wildcard || path.StartsWith('^'))
+        var literals = string.Concat(pattern.PathSegments.SelectMany(s => s.Parts).OfType<RoutePatternLiteralPart>().Select(l => l.Content + "/"));
+        var regex = path.StartsWith('^') || ((string[])[".*", ".+", "[^", "\\d", "\\w"]).Any(r => literals.Contains(r, StringComparison.Ordinal));
+        if (!regex && !literals.Contains('*', StringComparison.Ordinal))
         {
-            var cut = path.IndexOfAny(['*', '{']);
-            var prefix = (cut < 0 ? path : path[..cut]).TrimStart('^').TrimEnd('/', '.', '$');
-            var kind = path.StartsWith('^') || path.Contains(".*", StringComparison.Ordinal) ? "a regular expression" : "a wildcard";
-            problems.Add(new($"{route.Path}:Match:Path", $"'{path}' is written as {kind}, but a route template takes neither: it matches only the path '{path}' itself; for every path under {(prefix.Length == 0 ? "/" : prefix)} write {prefix.TrimEnd('/')}/{{**rest}}"));
+            return;
         }
+
+        var cut = path.IndexOfAny(['*', '{', '[', '\\', '+']);
+        var prefix = (cut < 0 ? path : path[..cut]).TrimStart('^').TrimEnd('/', '.', '$');
+        var exact = regex && cut < 0 && path.EndsWith('$'); // ^/api$: the one path
+        var instead = exact ? $"for the path {prefix} alone write {prefix}" : $"for every path under {(prefix.Length == 0 ? "/" : prefix)} write {prefix.TrimEnd('/')}/{{**rest}}";
+        problems.Add(new($"{route.Path}:Match:Path", $"'{path}' is written as {(regex ? "a regular expression" : "a wildcard")}, but a route template takes neither: it matches only the path '{path}' itself; {instead}"));
     }
 
     /// <summary>

@@ -76,20 +76,31 @@ internal static class YarpKeys
     /// </summary>
     public static IEnumerable<UnreadSetting> Unread(IEnumerable<KeyValuePair<string, string?>> values)
     {
-        var named = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
+        var found = new List<UnreadSetting>();
+        var held = new Dictionary<string, System.Text.StringBuilder>(StringComparer.OrdinalIgnoreCase);
         foreach (var (key, value) in values)
         {
-            if (Find(key, string.IsNullOrEmpty(value)) is { } unread && named.Add(unread.Key))
+            if (Find(key, string.IsNullOrEmpty(value)) is not { } unread)
             {
-                yield return unread;
+                continue;
             }
+
+            if (!held.TryGetValue(unread.Key, out var under))
+            {
+                found.Add(unread);
+                held[unread.Key] = under = new();
+            }
+
+            under.Append(key).Append('=').Append(value).Append('\n');
         }
+
+        return found.Select(u => u with { Value = held[u.Key].ToString() });
     }
 
     /// <summary>
     /// Whether an unread key is in a route's Match: there, what YARP drops leaves the route
-    /// matching more than was written (a misspelt "Host" matches every host, Hosts given one value
-    /// rather than a list likewise), so it is a problem, not a warning.
+    /// matching other requests than written, most often more (a misspelt "Host" matches every
+    /// host, Hosts given one value rather than a list likewise), so it is a problem, not a warning.
     /// </summary>
     public static bool InMatch(string key) =>
         key.Split(':') is [_, var routes, _, var match, ..] && routes.Equals("Routes", StringComparison.OrdinalIgnoreCase) && match.Equals("Match", StringComparison.OrdinalIgnoreCase);
@@ -132,12 +143,12 @@ internal static class YarpKeys
             : parent is { List: true } ? ($"an item of the list {list}, a section", $"write {list}:0:{parts[^1]} (environment: {UnreadSetting.Environment(list)}__0__{parts[^1]})")
             : ("a section, not a setting", $"give the settings under it ({key}:...; environment: {UnreadSetting.Environment(key)}__...)");
         return new(key, UnreadSetting.Kinds.GivenToSection, InMatch(key)
-            ? $"is {what}: YARP would ignore the value given to it, and the route match more requests than written; {instead}"
+            ? $"is {what}: YARP would ignore the value given to it, and the route would not match as written; {instead}"
             : $"is {what}: the value given to it is ignored; {instead}");
     }
 
     private static UnreadSetting NotRead(string key, string why) => InMatch(key)
-        ? new(key, UnreadSetting.Kinds.NotYarp, $"is not read by YARP 2.1 ({why}), so the route would match more requests than written")
+        ? new(key, UnreadSetting.Kinds.NotYarp, $"is not read by YARP 2.1 ({why}), so the route would not match as written")
         : new(key, UnreadSetting.Kinds.NotYarp, $"is not read by YARP 2.1 and is ignored ({why})");
 
     /// <summary>Where YARP reads a name like this one: the same name one level down (a route's Path is Match:Path), or a sibling spelt nearly the same.</summary>

@@ -56,6 +56,9 @@ internal sealed class LogFloods : ILoggerFactory
 
     public const int RequestLinesPerSecond = 10;
 
+    /// <summary>Keyed windows kept before idle ones are dropped.</summary>
+    public const int KeyedWindows = 256;
+
     public const string Telemetry = "Tern.Proxy.Telemetry";
 
     public const string YarpHealthProbes = "Yarp.ReverseProxy.Health.ActiveHealthCheckMonitor";
@@ -82,9 +85,11 @@ internal sealed class LogFloods : ILoggerFactory
     /// <param name="inner">The factory that writes.</param>
     /// <param name="kestrelWindow">The window of Kestrel's flood line (10 s; shorter in tests).</param>
     /// <param name="requestWindow">The window of Tern's per-request lines (1 s; shorter in tests).</param>
-    public LogFloods(ILoggerFactory inner, TimeSpan? kestrelWindow = null, TimeSpan? requestWindow = null)
+    /// <param name="probeWindow">The window of each destination's failed-probe line (60 s; shorter in tests).</param>
+    public LogFloods(ILoggerFactory inner, TimeSpan? kestrelWindow = null, TimeSpan? requestWindow = null, TimeSpan? probeWindow = null)
     {
         const long otlpMs = 60_000;
+        var probeMs = (long)(probeWindow ?? TimeSpan.FromMinutes(1)).TotalMilliseconds;
         _inner = inner;
         var kestrelMs = (long)(kestrelWindow ?? TimeSpan.FromSeconds(10)).TotalMilliseconds;
         var requestMs = (long)(requestWindow ?? TimeSpan.FromSeconds(1)).TotalMilliseconds;
@@ -100,9 +105,9 @@ internal sealed class LogFloods : ILoggerFactory
             .. ((string[])[YarpCookieAffinity, YarpHeaderAffinity]).Select(category => new Rule(category, YarpAffinityUnreadable, YarpAffinityUnreadable, 1, kestrelMs, LogLevel.Warning,
                 exception => $" {Reason(exception)}. The client's affinity key was set by another replica or before a restart (Data Protection keys not shared), or altered; YARP picked a destination again. At most one such line every {Seconds(kestrelMs)} s; how many more came follows at the end of that time.",
                 (_, _, n) => $"YARP's line for an affinity key it could not decrypt (event {YarpAffinityUnreadable}) came {n} more time{(n == 1 ? "" : "s")} in the {Seconds(kestrelMs)} s after the last one written, and was left out.")),
-            new(YarpHealthProbes, YarpProbeFailed, YarpProbeFailed, 1, otlpMs, null,
-                exception => $" {(exception is OperationCanceledException ? "No answer within the cluster's HealthCheck:Active:Timeout" : Reason(exception))}. At most one such line a destination every {Seconds(otlpMs)} s; how many more came follows at the end of that time.",
-                (_, destination, n) => $"YARP's active health probes of {destination} failed {n} more time{(n == 1 ? "" : "s")} in the {Seconds(otlpMs)} s after the last line written, left out (a destination's change of health is logged each time).")
+            new(YarpHealthProbes, YarpProbeFailed, YarpProbeFailed, 1, probeMs, null,
+                exception => $" {(exception is OperationCanceledException ? "No answer within the cluster's HealthCheck:Active:Timeout" : Reason(exception))}. At most one such line for each destination every {Seconds(probeMs)} s; how many more came follows at the end of that time.",
+                (_, destination, n) => $"YARP's active health probes of {destination} failed {n} more time{(n == 1 ? "" : "s")} in the {Seconds(probeMs)} s after the last line written, left out (a destination's change of health is logged each time).")
             {
                 // Each destination's own window: a second dead one's reason is written too.
                 Key = state => $"destination `{Value(state, "destinationId")}` on cluster `{Value(state, "clusterId")}`",
@@ -124,6 +129,15 @@ internal sealed class LogFloods : ILoggerFactory
     }
 
     public void AddProvider(ILoggerProvider provider) => _inner.AddProvider(provider);
+
+    /// <summary>How many keyed windows a category's rule holds (for tests).</summary>
+    internal int KeyedWindowCount(string category)
+    {
+        lock (_lock)
+        {
+            return _rules.Where(r => r.Category == category).Sum(r => r.Keyed.Count);
+        }
+    }
 
     public void Dispose()
     {
@@ -240,6 +254,9 @@ internal sealed class LogFloods : ILoggerFactory
             }
         }
 
+        /// <summary>Whether its time is over with nothing left to count (under the owner's lock).</summary>
+        public bool Idle(long now) => now >= _endsAt && _leftOut == 0;
+
         public void Dispose() => _timer?.Dispose();
 
         /// <summary>At a window's end (the timer): how many lines were left out in it.</summary>
@@ -276,6 +293,27 @@ internal sealed class LogFloods : ILoggerFactory
 
     private sealed class Logger(ILogger inner, Rule rule, LogFloods owner) : ILogger
     {
+        /// <summary>
+        /// Under the owner's lock, past <see cref="KeyedWindows"/> windows: drops those whose time
+        /// is over with nothing left to count (destinations a reload removed, pods long gone), so
+        /// that keys the configuration changes do not pile up.
+        /// </summary>
+        private void Prune(Dictionary<(int Event, string Key), Window> keyed)
+        {
+            if (keyed.Count < KeyedWindows)
+            {
+                return;
+            }
+
+            var now = Environment.TickCount64;
+            foreach (var (key, window) in keyed.Where(k => k.Value.Idle(now)).ToList())
+            {
+                keyed.Remove(key);
+                owner._armed.Remove(window);
+                window.Dispose();
+            }
+        }
+
         public IDisposable? BeginScope<TState>(TState state)
             where TState : notnull => inner.BeginScope(state);
 
@@ -306,6 +344,7 @@ internal sealed class LogFloods : ILoggerFactory
                 {
                     if (!rule.Keyed.TryGetValue((eventId.Id, key), out window!))
                     {
+                        Prune(rule.Keyed);
                         rule.Keyed[(eventId.Id, key)] = window = new Window(owner, rule, eventId.Id, key, level, inner);
                     }
                 }

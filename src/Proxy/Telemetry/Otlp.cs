@@ -18,8 +18,9 @@ internal static class Otlp
     /// The variable that turns the OTLP export on, as OpenTelemetry's SDKs read it (the OpenTelemetry
     /// Operator sets it in a pod it instruments). The exporter reads the rest itself:
     /// OTEL_EXPORTER_OTLP_PROTOCOL (grpc, the default, or http/protobuf), _HEADERS, _TIMEOUT,
-    /// OTEL_METRIC_EXPORT_INTERVAL (60 s) and OTEL_BSP_* for spans. (It does not read the
-    /// per-signal OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or _TRACES_ENDPOINT.)
+    /// OTEL_METRIC_EXPORT_INTERVAL (60 s) and OTEL_BSP_* for spans. (AddOtlpExporter, which Tern
+    /// uses, does not read the per-signal OTEL_EXPORTER_OTLP_METRICS_* or _TRACES_* variables:
+    /// ENDPOINT, HEADERS, TIMEOUT, PROTOCOL; OtlpExporterSettings warns of each.)
     /// </summary>
     public const string EndpointVariable = "OTEL_EXPORTER_OTLP_ENDPOINT";
 

@@ -205,6 +205,17 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         await tern.Logs.WaitForAsync("Configuration reloaded");
         Assert.Equal("second", await client.GetStringAsync(new Uri("/b/name", UriKind.Relative)));
         Assert.Single(tern.Logs.Lines, l => l.Contains("MaxConnectionsPerServr", StringComparison.Ordinal)); // gone from the file, not named again
+
+        // Its value changed (an operator's attempt to change the timeout): named again, since it
+        // still does nothing.
+        second["HttpRequest"]!["ActivityTimout"] = "00:00:09";
+        await tern.RewriteConfigAsync(changed.ToJson());
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(15);
+        while (tern.Logs.Lines.Count(l => l.Contains("HttpRequest:ActivityTimout is not read", StringComparison.Ordinal)) < 2)
+        {
+            Assert.True(DateTime.UtcNow < deadline, string.Join("\n", tern.Logs.Lines));
+            await Task.Delay(50);
+        }
     }
 
     [Fact]

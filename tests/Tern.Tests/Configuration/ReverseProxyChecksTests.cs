@@ -47,7 +47,10 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Routes:r:Match:Path", "/*", "'/*' is written as a wildcard, but a route template takes neither: it matches only the path '/*' itself; for every path under / write /{**rest}")]
     [InlineData("Routes:r:Match:Path", "/api/.*", "'/api/.*' is written as a regular expression, but a route template takes neither")]
     [InlineData("Routes:r:Match:Path", "^/api", "'^/api' is written as a regular expression, but a route template takes neither: it matches only the path '^/api' itself; for every path under /api write /api/{**rest}")]
+    [InlineData("Routes:r:Match:Path", "/api/[^/]+", "'/api/[^/]+' is written as a regular expression, but a route template takes neither: it matches only the path '/api/[^/]+' itself; for every path under /api write /api/{**rest}")]
+    [InlineData("Routes:r:Match:Path", "^/api$", "'^/api$' is written as a regular expression, but a route template takes neither: it matches only the path '^/api$' itself; for the path /api alone write /api")]
     [InlineData("Routes:r:Match:Path", "/odata/$metadata", null)] // OData's paths are literal
+    [InlineData("Routes:r:Match:Path", "/items/{id:regex(^\\d+$)}", null)] // a constraint's regular expression is one
     [InlineData("Routes:r:Match:Path", "/api/{*rest}", null)]
     // A PathPattern YARP cannot fill sent the route's requests to '/'.
     [InlineData("Routes:r:Transforms:0:PathPattern", "/v2/{**remainder}", "'/v2/{**remainder}' uses {remainder}, which ReverseProxy:Routes:r:Match:Path does not capture (it captures {rest}); YARP would leave it out of the path it sends, or send / where it is required")]
@@ -126,11 +129,11 @@ public sealed class ReverseProxyChecksTests
 
     /// <summary>What YARP drops from a route's Match leaves the route matching more than written: refused, not warned of.</summary>
     [Theory]
-    [InlineData("ReverseProxy:Routes:r:Match:Host:0", "admin.example.com", "ReverseProxy:Routes:r:Match:Host", "is not read by YARP 2.1 (misspelt? YARP reads Hosts), so the route would match more requests than written")]
-    [InlineData("ReverseProxy:Routes:r:Match:Pth", "/x", "ReverseProxy:Routes:r:Match:Pth", "is not read by YARP 2.1 (misspelt? YARP reads Path), so the route would match more requests than written")]
-    [InlineData("ReverseProxy:Routes:r:Match:Hosts", "admin.example.com", "ReverseProxy:Routes:r:Match:Hosts", "is a list: YARP would ignore the value given to it, and the route match more requests than written; give its items as ReverseProxy:Routes:r:Match:Hosts:0, ReverseProxy:Routes:r:Match:Hosts:1, ... (environment: ReverseProxy__Routes__r__Match__Hosts__0, ...)")]
+    [InlineData("ReverseProxy:Routes:r:Match:Host:0", "admin.example.com", "ReverseProxy:Routes:r:Match:Host", "is not read by YARP 2.1 (misspelt? YARP reads Hosts), so the route would not match as written")]
+    [InlineData("ReverseProxy:Routes:r:Match:Pth", "/x", "ReverseProxy:Routes:r:Match:Pth", "is not read by YARP 2.1 (misspelt? YARP reads Path), so the route would not match as written")]
+    [InlineData("ReverseProxy:Routes:r:Match:Hosts", "admin.example.com", "ReverseProxy:Routes:r:Match:Hosts", "is a list: YARP would ignore the value given to it, and the route would not match as written; give its items as ReverseProxy:Routes:r:Match:Hosts:0, ReverseProxy:Routes:r:Match:Hosts:1, ... (environment: ReverseProxy__Routes__r__Match__Hosts__0, ...)")]
     [InlineData("ReverseProxy:Routes:r:Match:Methods", "GET", "ReverseProxy:Routes:r:Match:Methods", "is a list: YARP would ignore the value given to it")]
-    [InlineData("ReverseProxy:Routes:r:Match:Headers:Name", "X-Admin", "ReverseProxy:Routes:r:Match:Headers:Name", "is an item of the list ReverseProxy:Routes:r:Match:Headers, a section: YARP would ignore the value given to it, and the route match more requests than written; write ReverseProxy:Routes:r:Match:Headers:0:Name")]
+    [InlineData("ReverseProxy:Routes:r:Match:Headers:Name", "X-Admin", "ReverseProxy:Routes:r:Match:Headers:Name", "is an item of the list ReverseProxy:Routes:r:Match:Headers, a section: YARP would ignore the value given to it, and the route would not match as written; write ReverseProxy:Routes:r:Match:Headers:0:Name")]
     public void MatchKeyYarpDoesNotRead_IsAProblem(string key, string value, string named, string message)
     {
         var values = Base();
@@ -167,6 +170,7 @@ public sealed class ReverseProxyChecksTests
 
         var found = Assert.Single(problems);
         Assert.StartsWith("'a\\nb:c:d': ASP.NET Core's host matching cannot match", found.Message, StringComparison.Ordinal);
+        Assert.Equal("x\\ty", (found with { Message = "x\ty" }).Message); // however it is made
     }
 
     [Theory]

@@ -57,7 +57,7 @@ public abstract class ProcessTests(string engine)
         { "route body limit below -1", "ReverseProxy__Routes__default__MaxRequestBodySize=-5", "error: ReverseProxy:Routes:default:MaxRequestBodySize: '-5' is out of range: a number of bytes, or -1 for no limit" },
         { "a route's Path outside its Match, named after the problem it causes", "ReverseProxy__Routes__web__ClusterId=app|ReverseProxy__Routes__web__Path=/web/{**rest}", "warn: ReverseProxy:Routes:web:Path is not read by YARP 2.1 and is ignored (YARP reads it as Match:Path under ReverseProxy:Routes:web)" },
         { "a route's Path outside its Match, named after YARP's own refusal", "ReverseProxy__Routes__web__ClusterId=app|ReverseProxy__Routes__web__Order=5|ReverseProxy__Routes__web__Path=/web/{**rest}", "warn: ReverseProxy:Routes:web:Path is not read by YARP 2.1 and is ignored (YARP reads it as Match:Path under ReverseProxy:Routes:web)" },
-        { "a route's Hosts given one value, which YARP would ignore", "ReverseProxy__Routes__default__Match__Hosts=admin.example.com", "error: ReverseProxy:Routes:default:Match:Hosts: is a list: YARP would ignore the value given to it, and the route match more requests than written; give its items as ReverseProxy:Routes:default:Match:Hosts:0" },
+        { "a route's Hosts given one value, which YARP would ignore", "ReverseProxy__Routes__default__Match__Hosts=admin.example.com", "error: ReverseProxy:Routes:default:Match:Hosts: is a list: YARP would ignore the value given to it, and the route would not match as written; give its items as ReverseProxy:Routes:default:Match:Hosts:0" },
         { "route host ASP.NET Core cannot match", "ReverseProxy__Routes__default__Match__Hosts__0=[::1]:8443", "error: ReverseProxy:Routes:default:Match:Hosts:0: '[::1]:8443': ASP.NET Core's host matching cannot match an IPv6 address" },
         { "path pattern the route does not capture", "ReverseProxy__Routes__default__Transforms__0__PathPattern=/v2/{**rest}", "error: ReverseProxy:Routes:default:Transforms:0:PathPattern: '/v2/{**rest}' uses {rest}, which ReverseProxy:Routes:default:Match:Path does not capture (it captures {catch-all}); YARP would leave it out of the path it sends, or send / where it is required" },
         { "destination address with a query", "ReverseProxy__Clusters__app__Destinations__d1__Address=http://127.0.0.1:8081/?x=1", "error: ReverseProxy:Clusters:app:Destinations:d1:Address: 'http://127.0.0.1:8081/?x=1' has a query (?x=1), which would be put before each request's path" },
@@ -435,7 +435,7 @@ public abstract class ProcessTests(string engine)
         foreach (var (destination, port) in (ReadOnlySpan<(string, int)>)[("d1", dead), ("d2", silent)])
         {
             var probe = Assert.Single(tern.Output.Split('\n'), l => l.Contains($"Probing destination `{destination}` on cluster `app` failed.", StringComparison.Ordinal));
-            Assert.Contains($"failed. Connection refused (127.0.0.1:{port}). At most one such line a destination every 60 s", probe, StringComparison.Ordinal);
+            Assert.Contains($"failed. Connection refused (127.0.0.1:{port}). At most one such line for each destination every 60 s", probe, StringComparison.Ordinal);
         }
 
         AssertNoSecondReport(tern);

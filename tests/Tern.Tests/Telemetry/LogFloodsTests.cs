@@ -42,6 +42,42 @@ public sealed class LogFloodsTests
         Assert.Contains(lines, l => l.StartsWith("Warning: Tern.Proxy.Forwarding: Event 301 came 3 more times within 0.5 s", StringComparison.Ordinal));
     }
 
+    /// <summary>
+    /// YARP's failed-probe line (event 17): one for each destination per window, its count naming
+    /// the destination; windows of destinations that went quiet are dropped once there are many,
+    /// so that destinations a reload removed do not pile up.
+    /// </summary>
+    [Fact]
+    public async Task FailedProbes_OneLineForEachDestination_QuietOnesDroppedPastTheLimit()
+    {
+        var capture = new LogCapture();
+        using var factory = new LogFloods(LoggerFactory.Create(b => b.AddProvider(capture).SetMinimumLevel(LogLevel.Debug)), probeWindow: TimeSpan.FromMilliseconds(300));
+        var logger = factory.CreateLogger(LogFloods.YarpHealthProbes);
+#pragma warning disable CA1727 // YARP 2.1's own template, whose names the rule keys its windows by
+        var failed = LoggerMessage.Define<string, string>(LogLevel.Warning, new EventId(LogFloods.YarpProbeFailed), "Probing destination `{destinationId}` on cluster `{clusterId}` failed.");
+#pragma warning restore CA1727
+        var refused = new HttpRequestException("Connection refused (10.0.0.5:8080)");
+
+        failed(logger, "d1", "app", refused);
+        failed(logger, "d1", "app", refused);
+        failed(logger, "d2", "app", refused);
+        await LineWait.WaitForAsync(capture.Lines, "YARP's active health probes of destination `d1` on cluster `app` failed 1 more time in the 0.3 s", null, () => string.Join("\n", capture.Lines));
+
+        Assert.Single(capture.Lines, l => l.Contains("Probing destination `d1` on cluster `app` failed. Connection refused (10.0.0.5:8080). At most one such line for each destination every 0.3 s", StringComparison.Ordinal));
+        Assert.Single(capture.Lines, l => l.Contains("Probing destination `d2` on cluster `app` failed. Connection refused", StringComparison.Ordinal));
+        Assert.DoesNotContain(capture.Lines, l => l.Contains("probes of destination `d2`", StringComparison.Ordinal)); // nothing left out for d2
+
+        for (var i = 0; i < LogFloods.KeyedWindows; i++)
+        {
+            failed(logger, $"gone{i}", "app", refused);
+        }
+
+        Assert.Equal(LogFloods.KeyedWindows, factory.KeyedWindowCount(LogFloods.YarpHealthProbes)); // d1's and d2's, quiet by then, dropped to make room
+        await Task.Delay(400); // every window's time over
+        failed(logger, "new", "app", refused);
+        Assert.Equal(1, factory.KeyedWindowCount(LogFloods.YarpHealthProbes));
+    }
+
     /// <summary>A dead upstream under load: one line per request before, now at most 10 a second and the count.</summary>
     [Fact]
     public async Task DeadUpstream_ManyRequests_TenLinesAndACount()

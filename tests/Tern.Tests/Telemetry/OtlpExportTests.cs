@@ -243,14 +243,14 @@ public sealed class OtlpExportTests
     }
 
     /// <summary>
-    /// OpenTelemetry's per-signal variables, which .NET's OTLP exporter does not read: alone, the
+    /// OpenTelemetry's per-signal variables, which .NET's AddOtlpExporter does not read: alone, the
     /// metrics went nowhere without a word; beside the general endpoint, the signal went to the
     /// general one while the operator believed otherwise. One warning each, and the signals go
     /// where OTEL_EXPORTER_OTLP_ENDPOINT says, or nowhere without it.
     /// </summary>
     [Theory]
-    [InlineData(false, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT not used: Tern reads OTEL_EXPORTER_OTLP_ENDPOINT for metrics and traces alike, as OpenTelemetry .NET's exporter does, and OTEL_EXPORTER_OTLP_ENDPOINT is not set, so nothing is pushed")]
-    [InlineData(true, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT not used: Tern reads OTEL_EXPORTER_OTLP_ENDPOINT for metrics and traces alike, as OpenTelemetry .NET's exporter does (the collector's base address; over http/protobuf Tern adds /v1/metrics)")]
+    [InlineData(false, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT not used: Tern's exporter, OpenTelemetry .NET's AddOtlpExporter, reads OTEL_EXPORTER_OTLP_ENDPOINT for metrics and traces alike, and OTEL_EXPORTER_OTLP_ENDPOINT is not set, so nothing is pushed")]
+    [InlineData(true, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT not used: Tern's exporter, OpenTelemetry .NET's AddOtlpExporter, reads OTEL_EXPORTER_OTLP_ENDPOINT for metrics and traces alike (the collector's base address; over http/protobuf Tern adds /v1/metrics)")]
     public async Task PerSignalEndpoint_OneWarning_TheSignalGoesWhereTheGeneralOneSays(bool general, string warning)
     {
         await using var collector = await Collector.StartAsync();
