@@ -112,16 +112,15 @@ internal static class YarpKeys
         Node? parent = null;
         for (var i = 1; i < parts.Length; i++)
         {
-            var at = string.Join(':', parts[..(i + 1)]);
             if (node.IsValue)
             {
-                return NotRead(at, $"{string.Join(':', parts[..i])} takes a value, not settings under it");
+                return NotRead(string.Join(':', parts[..(i + 1)]), $"{string.Join(':', parts[..i])} takes a value, not settings under it");
             }
 
             var next = node.Named?.GetValueOrDefault(parts[i]) ?? node.Any;
             if (next is null)
             {
-                return NotRead(at, Hint(node, parts[i]) switch
+                return NotRead(string.Join(':', parts[..(i + 1)]), Hint(node, parts[i]) switch
                 {
                     null => "misspelt, or a setting of a later YARP?",
                     var hint when hint.Contains(':', StringComparison.Ordinal) => $"YARP reads it as {hint} under {string.Join(':', parts[..i])}",
