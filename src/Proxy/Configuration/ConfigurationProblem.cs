@@ -70,10 +70,13 @@ public sealed record UnreadSetting(string Key, UnreadSetting.Kinds Kind, string 
 
     /// <summary>A key under Tern or Kestrel that no reader asked for.</summary>
     public static UnreadSetting Unknown(string key, bool section) => section
-        ? new(key, Kinds.GivenToSection, $"is a section, not a setting: the value given to it is ignored; give the settings under it ({key}:...; environment: {Environment(key)}__...)")
+        ? new(key, Kinds.GivenToSection, $"is a section, not a setting: the value given to it is ignored; {SettingsUnder(key)}")
         : key.Split(':')[0].Equals("Kestrel", StringComparison.OrdinalIgnoreCase)
             ? new(key, Kinds.NotKestrelLimit, "is ignored: of the Kestrel section Tern reads only Kestrel:Limits; its listeners are set by Tern:Https:Port, Tern:Http:Port and Tern:Management:Port, their certificates by Tern:Tls:Certificates")
             : new(key, Kinds.NotTern, "is not a Tern setting and is ignored (misspelt?)");
+
+    /// <summary>What to give in place of a value given to a section.</summary>
+    public static string SettingsUnder(string key) => $"give the settings under it ({key}:...; environment: {Environment(key)}__...)";
 
     /// <summary>The environment variable's name for a key.</summary>
     public static string Environment(string key) => key.Replace(":", "__", StringComparison.Ordinal);

@@ -175,7 +175,7 @@ internal sealed class SettingReader(IConfiguration configuration)
         {
             // One source sets a value, another a list (Tern__X=a over a JSON array): neither wins
             // in .NET's configuration, and taking either would drop the other without a word.
-            Add(key, $"'{single.Trim()}' is given as one value and {key} as a list elsewhere; give every item as {key}:0, {key}:1 (environment: {key.Replace(":", "__", StringComparison.Ordinal)}__0)");
+            Add(key, $"'{single.Trim()}' is given as one value and {key} as a list elsewhere; give every item as {key}:0, {key}:1 (environment: {UnreadSetting.Environment(key)}__0)");
         }
 
         return items;

@@ -140,7 +140,7 @@ internal static class YarpKeys
         var list = key[..Math.Max(key.LastIndexOf(':'), 0)];
         var (what, instead) = node.List ? ("a list", $"give its items as {key}:0, {key}:1, ... (environment: {UnreadSetting.Environment(key)}__0, ...)")
             : parent is { List: true } ? ($"an item of the list {list}, a section", $"write {list}:0:{parts[^1]} (environment: {UnreadSetting.Environment(list)}__0__{parts[^1]})")
-            : ("a section, not a setting", $"give the settings under it ({key}:...; environment: {UnreadSetting.Environment(key)}__...)");
+            : ("a section, not a setting", UnreadSetting.SettingsUnder(key));
         return new(key, UnreadSetting.Kinds.GivenToSection, InMatch(key)
             ? $"is {what}: YARP would ignore the value given to it, and the route would not match as written; {instead}"
             : $"is {what}: the value given to it is ignored; {instead}");
