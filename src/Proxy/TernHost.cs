@@ -299,7 +299,8 @@ public static class TernHost
         builder.Services.AddRequestTimeouts();
         builder.Services.AddReverseProxy()
             .LoadFromConfig(gate.Root.GetSection(ReverseProxyValidator.Section))
-            .AddTransforms<EdgeForwardedHeaders>();
+            .AddTransforms<EdgeForwardedHeaders>()
+            .AddConfigFilter<AffinityCookieDefaults>();
         OwnLimitsUncounted.WrapRegistered(builder.Services);
         DeferDataProtection(builder.Services);
         builder.Services.AddSingleton<IForwarderHttpClientFactory, UpstreamHttpClientFactory>();
