@@ -68,15 +68,13 @@ internal static partial class ReverseProxyValidator
             CheckHosts(route, problems);
             var path = route["Match:Path"];
             var pattern = string.IsNullOrEmpty(path) ? null : Parse(path);
-            if (string.IsNullOrEmpty(path) || pattern is not null) // YARP names a template it cannot parse itself
+            if (pattern is not null)
             {
-                if (pattern is not null)
-                {
-                    CheckPathTemplate(route, path!, pattern, problems);
-                }
-
-                CheckPathPatterns(route, pattern, problems);
+                CheckPathTemplate(route, path!, pattern, problems);
             }
+
+            // PathPatterns only against a Match:Path YARP can read: it names one it cannot itself.
+            TransformChecks.Check(route, pattern, pathReadable: string.IsNullOrEmpty(path) || pattern is not null, problems);
 
             var allowPlain = route[$"Metadata:{AllowPlainHttpMetadata}"];
             if (allowPlain is not null && !bool.TryParse(allowPlain, out _))
@@ -134,6 +132,16 @@ internal static partial class ReverseProxyValidator
                 }
             }
 
+            // YARP takes it in whole milliseconds for each request's CancelAfter: at 0 it answered
+            // every request 504 at once, and below it every request was a 500 with a stack trace.
+            var activity = cluster["HttpRequest:ActivityTimeout"];
+            if (TimeSpan.TryParseExact(activity, "c", CultureInfo.InvariantCulture, out var idle) && idle < SettingReader.MinDuration)
+            {
+                problems.Add(new($"{cluster.Path}:HttpRequest:ActivityTimeout", $"'{activity}' is not a positive duration: YARP would answer every request of the cluster at once with 504 (or 500 below 0); for long-lived requests give a long one, such as 1.00:00:00"));
+            }
+
+            CheckAffinity(cluster.GetSection("SessionAffinity"), problems);
+
             // YARP's HashCookie policy needs System.IO.Hashing, which this build cannot ship (see
             // Directory.Packages.props); it is YARP's default where no policy is named, and then
             // every request of the cluster failed on the missing assembly.
@@ -146,6 +154,71 @@ internal static partial class ReverseProxyValidator
             {
                 problems.Add(new($"{cluster.Path}:SessionAffinity:Policy", "is required: YARP's default, HashCookie, is not supported by Tern; set Cookie or ArrCookie"));
             }
+        }
+    }
+
+    /// <summary>
+    /// The session-affinity cookie or header YARP sets on each response. A name that is not a
+    /// token made every request of the cluster fail (502), after its upstream had answered. A
+    /// cookie's Path and Domain went into Set-Cookie unchecked (';' started another attribute).
+    /// Browsers refuse a cookie marked SameSite=None, or named __Secure- or __Host-, without
+    /// Secure, which SecurePolicy None leaves out (Tern's default is SameAsRequest: see
+    /// AffinityCookieDefaults), and a __Host- one with a Domain or a Path other than /: affinity
+    /// would never hold.
+    /// </summary>
+    private static void CheckAffinity(IConfigurationSection affinity, List<ConfigurationProblem> problems)
+    {
+        if (!bool.TryParse(affinity["Enabled"], out var enabled) || !enabled)
+        {
+            return;
+        }
+
+        var header = string.Equals(affinity["Policy"], "CustomHeader", StringComparison.OrdinalIgnoreCase);
+        var name = affinity["AffinityKeyName"];
+        if (!string.IsNullOrEmpty(name) && !HttpSyntax.IsToken(name))
+        {
+            var what = header ? "header" : "cookie";
+            problems.Add(new($"{affinity.Path}:AffinityKeyName", $"'{name}' is not a {what} name ({HttpSyntax.TokenChars}): the affinity {what} could not be set, and every request of the cluster would fail after its upstream had answered"));
+        }
+
+        if (header)
+        {
+            return; // the Cookie settings are the cookie policies'
+        }
+
+        var cookie = affinity.GetSection("Cookie");
+        var path = cookie["Path"];
+        if (path is not null && (!path.StartsWith('/') || path.Any(c => c is ';' or <= ' ' or >= '\x7f')))
+        {
+            problems.Add(new($"{cookie.Path}:Path", $"'{path}' is not a cookie path: one starting with /, of visible ASCII other than ';' (percent-encode the rest, as browsers send paths); leave it out for /"));
+        }
+
+        var domain = cookie["Domain"];
+        if (!string.IsNullOrEmpty(domain) && Uri.CheckHostName(domain.TrimStart('.')) is not (UriHostNameType.Dns or UriHostNameType.IPv4))
+        {
+            problems.Add(new($"{cookie.Path}:Domain", $"'{domain}' is not a host name (example.com, which takes in its subdomains): browsers would refuse the cookie"));
+        }
+
+        var secure = !Enum.TryParse<Microsoft.AspNetCore.Http.CookieSecurePolicy>(cookie["SecurePolicy"], ignoreCase: true, out var policy) || policy != Microsoft.AspNetCore.Http.CookieSecurePolicy.None;
+        const string LeaveSecure = "leave SecurePolicy out (Secure over HTTPS) or set it to Always";
+        if (!secure && Enum.TryParse<Microsoft.AspNetCore.Http.SameSiteMode>(cookie["SameSite"], ignoreCase: true, out var sameSite) && sameSite == Microsoft.AspNetCore.Http.SameSiteMode.None)
+        {
+            problems.Add(new($"{cookie.Path}:SameSite", $"None needs the cookie marked Secure, which SecurePolicy None leaves out: browsers would refuse the cookie, and affinity would never hold; {LeaveSecure}"));
+        }
+
+        if (name is null)
+        {
+            return;
+        }
+
+        if (!secure && (name.StartsWith("__Secure-", StringComparison.OrdinalIgnoreCase) || name.StartsWith("__Host-", StringComparison.OrdinalIgnoreCase)))
+        {
+            problems.Add(new($"{affinity.Path}:AffinityKeyName", $"'{name}' needs the cookie marked Secure, which SecurePolicy None leaves out: browsers would refuse the cookie, and affinity would never hold; {LeaveSecure}"));
+        }
+
+        if (name.StartsWith("__Host-", StringComparison.OrdinalIgnoreCase) && (!string.IsNullOrEmpty(domain) || (path is not null && path != "/")))
+        {
+            problems.Add(new($"{affinity.Path}:AffinityKeyName", $"'{name}' needs the cookie without a Domain and with the Path /: browsers would refuse the cookie, and affinity would never hold; leave Cookie:Domain and Cookie:Path out"));
         }
     }
 
@@ -229,34 +302,8 @@ internal static partial class ReverseProxyValidator
         problems.Add(new($"{route.Path}:Match:Path", $"'{path}' is written as {(regex ? "a regular expression" : "a wildcard")}, but a route template takes neither: it matches only the path '{path}' itself; {instead}"));
     }
 
-    /// <summary>
-    /// A PathPattern transform's parameters must be captured by the route's Match:Path, YARP's
-    /// only source for them: a misnamed one ({**rest} against {**remainder}) was left out of the
-    /// path sent upstream, and an unfilled required one made it '/', for every request of the
-    /// route and without a word.
-    /// </summary>
-    private static void CheckPathPatterns(IConfigurationSection route, RoutePattern? match, List<ConfigurationProblem> problems)
-    {
-        var captured = new HashSet<string>(match?.Parameters.Select(p => p.Name) ?? [], StringComparer.OrdinalIgnoreCase);
-        foreach (var transform in route.GetSection("Transforms").GetChildren())
-        {
-            foreach (var entry in transform.GetChildren())
-            {
-                if (!entry.Key.Equals("PathPattern", StringComparison.OrdinalIgnoreCase) || string.IsNullOrEmpty(entry.Value) || Parse(entry.Value) is not { } used)
-                {
-                    continue; // one YARP cannot parse, YARP refuses itself
-                }
-
-                foreach (var name in used.Parameters.Select(p => p.Name).Where(n => !captured.Contains(n)))
-                {
-                    problems.Add(new(entry.Path, $"'{entry.Value}' uses {{{name}}}, which {route.Path}:Match:Path does not capture ({(captured.Count == 0 ? "it captures nothing" : "it captures " + string.Join(", ", captured.Order(StringComparer.OrdinalIgnoreCase).Select(c => "{" + c + "}")))}); YARP would leave it out of the path it sends, or send / where it is required"));
-                }
-            }
-        }
-    }
-
     /// <summary>A route template as ASP.NET Core reads it, or null when it cannot.</summary>
-    private static RoutePattern? Parse(string template)
+    internal static RoutePattern? Parse(string template)
     {
         try
         {

@@ -162,6 +162,7 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         + "Configuration reload: ReverseProxy:Clusters:second:HttpRequest:ActivityTimeout: '30' is not a duration")]
     [InlineData("""{ "HttpRequest": { "ActivityTimeout": "NaN" } }""", "Configuration reload: ReverseProxy:Clusters:second:HttpRequest:ActivityTimeout: 'NaN' is not a duration")]
     [InlineData("""{ "HealthCheck": { "Active": { "Enabled": true, "Path": "health" } } }""", "Configuration reload: ReverseProxy:Clusters:second:HealthCheck:Active:Path: 'health' does not start with /")]
+    [InlineData("""{ "SessionAffinity": { "Enabled": true, "Policy": "ArrCookie", "AffinityKeyName": "aff;x" } }""", "Configuration reload: ReverseProxy:Clusters:second:SessionAffinity:AffinityKeyName: 'aff;x' is not a cookie name")]
     public async Task Reload_ClusterTernOrYarpRejects_IsLoggedNamingTheProblem_AndTheLastGoodStay(string cluster, string expected)
     {
         var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);

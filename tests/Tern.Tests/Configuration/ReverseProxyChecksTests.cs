@@ -68,6 +68,11 @@ public sealed class ReverseProxyChecksTests
     // A probe path YARP's PathString throws on at every probe.
     [InlineData("Clusters:c:HealthCheck:Active:Path", "healthz", "'healthz' does not start with /")]
     [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz", null)]
+    // YARP answered every request 504 at once at 0, and 500 with a stack below it.
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00", "'00:00:00' is not a positive duration: YARP would answer every request of the cluster at once with 504 (or 500 below 0)")]
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "-00:00:01", "'-00:00:01' is not a positive duration")]
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00.001", null)]
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "1.00:00:00", null)]
     public void Value_AProblemOfItsKey_OnlyWhereYarpCannotServeIt(string key, string value, string? problem)
     {
         var values = Base();
@@ -85,6 +90,81 @@ public sealed class ReverseProxyChecksTests
             Assert.Equal($"ReverseProxy:{key}", found.Key, ignoreCase: true);
             Assert.StartsWith(problem, found.Message, StringComparison.Ordinal);
             Assert.DoesNotContain("s3cret", found.Message, StringComparison.Ordinal);
+        }
+    }
+
+    /// <summary>
+    /// Settings that fail only together: a session-affinity cookie or header, and the headers a
+    /// route's transforms set. Each was taken by YARP, then failed every request of its route or
+    /// cluster (a name that is not a token, a value with a control character, a framing header), or
+    /// set a cookie browsers refuse, so that affinity never held.
+    /// </summary>
+    [Theory]
+    // The affinity cookie's or header's name: not a token, every response of the cluster a 502.
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=a;b", "A:AffinityKeyName", "'a;b' is not a cookie name (letters, digits and !#$%&'*+-.^_`|~): the affinity cookie could not be set, and every request of the cluster would fail after its upstream had answered")]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=a=b", "A:AffinityKeyName", "'a=b' is not a cookie name")]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=café", "A:AffinityKeyName", "'café' is not a cookie name")]
+    [InlineData("A:Enabled=true|A:Policy=CustomHeader|A:AffinityKeyName=x:aff", "A:AffinityKeyName", "'x:aff' is not a header name (letters, digits and !#$%&'*+-.^_`|~): the affinity header could not be set")]
+    [InlineData("A:Enabled=true|A:Policy=CustomHeader|A:AffinityKeyName=x-aff", null, null)]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=tern-affinity", null, null)]
+    [InlineData("A:Enabled=false|A:Policy=Cookie|A:AffinityKeyName=a;b", null, null)] // never set
+    // The cookie's Path and Domain went into Set-Cookie as written.
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:Path=/app;b", "A:Cookie:Path", "'/app;b' is not a cookie path: one starting with /, of visible ASCII other than ';' (percent-encode the rest, as browsers send paths); leave it out for /")]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:Path=app", "A:Cookie:Path", "'app' is not a cookie path")]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:Path=", "A:Cookie:Path", "'' is not a cookie path")]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:Path=/café", "A:Cookie:Path", "'/café' is not a cookie path")]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:Path=/app", null, null)]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=example.com;x", "A:Cookie:Domain", "'example.com;x' is not a host name (example.com, which takes in its subdomains): browsers would refuse the cookie")]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=example.com:8443", "A:Cookie:Domain", "'example.com:8443' is not a host name")]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=.example.com", null, null)]
+    // Browsers refuse a cookie they are told to keep Secure that is not.
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:SameSite=none|A:Cookie:SecurePolicy=none", "A:Cookie:SameSite", "None needs the cookie marked Secure, which SecurePolicy None leaves out: browsers would refuse the cookie, and affinity would never hold; leave SecurePolicy out (Secure over HTTPS) or set it to Always")]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:SameSite=None", null, null)] // Secure over HTTPS
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:SameSite=Lax|A:Cookie:SecurePolicy=None", null, null)]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=__Secure-aff|A:Cookie:SecurePolicy=None", "A:AffinityKeyName", "'__Secure-aff' needs the cookie marked Secure, which SecurePolicy None leaves out")]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=__Host-aff|A:Cookie:Path=/app", "A:AffinityKeyName", "'__Host-aff' needs the cookie without a Domain and with the Path /: browsers would refuse the cookie, and affinity would never hold; leave Cookie:Domain and Cookie:Path out")]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=__host-aff|A:Cookie:Domain=example.com", "A:AffinityKeyName", "'__host-aff' needs the cookie without a Domain")]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=__Host-aff|A:Cookie:Path=/", null, null)]
+    // A transform's header: a name .NET's client or Kestrel refuses, a value they refuse or drop, a framing header.
+    [InlineData("T:RequestHeader=X:Bad|T:Set=1", "T:RequestHeader", "'X:Bad' is not a header name (letters, digits and !#$%&'*+-.^_`|~): every request of the route would fail")]
+    [InlineData("T:requestheader=X Bad|T:set=1", "T:requestheader", "'X Bad' is not a header name")] // any case, as YARP reads them
+    [InlineData("T:ResponseHeader=X-Bad:|T:Append=1", "T:ResponseHeader", "'X-Bad:' is not a header name")]
+    [InlineData("T:ResponseTrailer=X:T|T:Set=1", "T:ResponseTrailer", "'X:T' is not a header name")]
+    [InlineData("T:RequestHeaderRouteValue=X:Id|T:Set=id", "T:RequestHeaderRouteValue", "'X:Id' is not a header name")]
+    [InlineData("T:ClientCert=X Cert", "T:ClientCert", "'X Cert' is not a header name")]
+    [InlineData("T:X-Forwarded=Set|T:HeaderPrefix=X:", "T:HeaderPrefix", "'X:' makes no header name (letters, digits and !#$%&'*+-.^_`|~): every request of the route would fail")]
+    [InlineData("T:X-Forwarded=Set|T:HeaderPrefix=My-", null, null)]
+    [InlineData("T:RequestHeader=X-A|T:Set=a\r\nX-Injected: 1", "T:Set", "'a\\r\\nX-Injected: 1' holds a control character (U+000D), which no header value may carry: every request of the route would fail, or lose the header")]
+    [InlineData("T:ResponseHeader=X-A|T:Append=a\u0001", "T:Append", "'a\\u0001' holds a control character (U+0001)")]
+    [InlineData("T:ResponseTrailer=X-A|T:Set=a\nb", "T:Set", "'a\\nb' holds a control character (U+000A)")]
+    [InlineData("T:ResponseHeader=X-A|T:Set=a\tcafé", null, null)] // a tab and obs-text are a value's
+    [InlineData("T:RequestHeaderRouteValue=X-Id|T:Set=a b", null, null)] // Set names a route value here
+    [InlineData("T:ResponseHeader=Content-Length|T:Set=5", "T:ResponseHeader", "'Content-Length' frames the message, and Tern sets it from the body of each: set by a transform, it made every request of the route fail; remove the transform")]
+    [InlineData("T:RequestHeader=transfer-encoding|T:Set=chunked", "T:RequestHeader", "'transfer-encoding' frames the message")]
+    [InlineData("T:ResponseHeaderRemove=Content-Length", null, null)]
+    [InlineData("T:RequestHeader=Host|T:Set=app.internal", null, null)]
+    public void SettingsTogether_AProblemOfTheKeyNamed(string settings, string? key, string? problem)
+    {
+        static string Full(string key) => key.Replace("A:", $"{Cluster}:SessionAffinity:", StringComparison.Ordinal).Replace("T:", $"{Route}:Transforms:0:", StringComparison.Ordinal);
+
+        var values = Base();
+        foreach (var setting in settings.Split('|'))
+        {
+            var at = setting.IndexOf('=', StringComparison.Ordinal);
+            values[Full(setting[..at])] = setting[(at + 1)..];
+        }
+
+        Load(values, out var problems);
+
+        if (problem is null)
+        {
+            Assert.Empty(problems);
+        }
+        else
+        {
+            var found = Assert.Single(problems);
+            Assert.Equal(Full(key!), found.Key);
+            Assert.StartsWith(problem, found.Message, StringComparison.Ordinal);
         }
     }
 
