@@ -104,6 +104,11 @@ internal static partial class ReverseProxyValidator
                 {
                     problems.Add(new($"{destination.Path}:Health", health));
                 }
+
+                if (destination["Host"] is { Length: > 0 } host && !IsHostHeader(host))
+                {
+                    problems.Add(new($"{destination.Path}:Host", $"'{host}' is not a Host header (a name or an address, with a port or none): .NET's client would refuse it, and every request to the destination would fail"));
+                }
             }
 
             // YARP builds each probe's PathString from it, which throws on every probe (logged
@@ -219,6 +224,21 @@ internal static partial class ReverseProxyValidator
         if (name.StartsWith("__Host-", StringComparison.OrdinalIgnoreCase) && (!string.IsNullOrEmpty(domain) || (path is not null && path != "/")))
         {
             problems.Add(new($"{affinity.Path}:AffinityKeyName", $"'{name}' needs the cookie without a Domain and with the Path /: browsers would refuse the cookie, and affinity would never hold; leave Cookie:Domain and Cookie:Path out"));
+        }
+    }
+
+    /// <summary>Whether .NET's client takes the text as a Host header, as it does at each request.</summary>
+    private static bool IsHostHeader(string host)
+    {
+        using var request = new HttpRequestMessage();
+        try
+        {
+            request.Headers.Host = host;
+            return true;
+        }
+        catch (FormatException)
+        {
+            return false;
         }
     }
 

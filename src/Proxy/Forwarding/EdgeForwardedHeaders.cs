@@ -12,7 +12,8 @@ namespace Tern.Proxy.Forwarding;
 /// Tern's default request transforms for every route that does not configure its own:
 /// X-Forwarded-For/-Proto/-Host describing the real client (incoming values are kept and
 /// appended to only when the connection comes from Tern:Forwarding:TrustedProxies), and the
-/// original Host header passed to the upstream unless the route sets RequestHeaderOriginalHost;
+/// original Host header passed to the upstream unless the route sets RequestHeaderOriginalHost
+/// or the destination its own Host;
 /// Expect answered by Tern, not passed on; headers whose names have underscores not passed on;
 /// the client's own path and query (ClientTarget); and the upstream's Server header kept from
 /// the client, and its redirects to its own address made the client's.
@@ -54,7 +55,8 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
 
         if (!transforms.Any(t => t.ContainsKey("RequestHeaderOriginalHost")))
         {
-            context.AddOriginalHost(true);
+            context.AddOriginalHost(true); // YARP's own, which keeps YARP from adding its default
+            context.RequestTransforms.Add(DestinationHost.Instance);
         }
 
         // Last, after any transform that could change the path or query.
@@ -86,6 +88,33 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         }
 
         return false;
+    }
+
+    /// <summary>
+    /// After YARP's RequestHeaderOriginalHost, which passes the client's Host on: a destination's
+    /// own Host, which YARP sends only with RequestHeaderOriginalHost off, instead. Without it a
+    /// destination's Host (an app on a shared host, an object store, a platform that routes by
+    /// name) was dropped without a word, and the upstream got the client's. A Host a route's own
+    /// transform sets wins, as in YARP.
+    /// </summary>
+    private sealed class DestinationHost : RequestTransform
+    {
+        public static readonly DestinationHost Instance = new();
+
+        public override ValueTask ApplyAsync(RequestTransformContext context)
+        {
+            if (context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config.Host is { Length: > 0 } destination)
+            {
+                var headers = context.ProxyRequest.Headers;
+                var original = context.HttpContext.Request.Host.Value;
+                if (!headers.NonValidated.TryGetValues(HeaderNames.Host, out var values) || string.Equals(values.ToString(), original, StringComparison.Ordinal))
+                {
+                    headers.Host = destination;
+                }
+            }
+
+            return ValueTask.CompletedTask;
+        }
     }
 
     /// <summary>Drops every forwarding header a client not in TrustedProxies sent.</summary>

@@ -68,6 +68,12 @@ public sealed class ReverseProxyChecksTests
     // A probe path YARP's PathString throws on at every probe.
     [InlineData("Clusters:c:HealthCheck:Active:Path", "healthz", "'healthz' does not start with /")]
     [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz", null)]
+    // A destination's own Host, which .NET's client refused at every request.
+    [InlineData("Clusters:c:Destinations:d1:Host", "app internal", "'app internal' is not a Host header (a name or an address, with a port or none): .NET's client would refuse it, and every request to the destination would fail")]
+    [InlineData("Clusters:c:Destinations:d1:Host", "app.internal:http", "'app.internal:http' is not a Host header")]
+    [InlineData("Clusters:c:Destinations:d1:Host", "app.internal:8080", null)]
+    [InlineData("Clusters:c:Destinations:d1:Host", "[::1]:8080", null)]
+    [InlineData("Clusters:c:Destinations:d1:Host", "bucket.s3.eu-west-1.amazonaws.com", null)]
     // YARP answered every request 504 at once at 0, and 500 with a stack below it.
     [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00", "'00:00:00' is not a positive duration: YARP would answer every request of the cluster at once with 504 (or 500 below 0)")]
     [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "-00:00:01", "'-00:00:01' is not a positive duration")]

@@ -35,6 +35,21 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
                 new JsonObject { ["PathRemovePrefix"] = "/append" },
                 new JsonObject { ["X-Forwarded"] = "Append" }),
         });
+        // A destination that gives its own Host, on routes that leave the Host to Tern, set it
+        // themselves, or ask for the client's.
+        config.Cluster("named", [_upstream]);
+        config.ReverseProxy["Clusters"]!["named"]!["Destinations"]!["d1"]!["Host"] = "app.internal";
+        foreach (var (id, transform) in (ValueTuple<string, JsonObject?>[])[("named", null), ("named-set", new JsonObject { ["RequestHeader"] = "Host", ["Set"] = "route.test" }), ("named-original", new JsonObject { ["RequestHeaderOriginalHost"] = "true" })])
+        {
+            var transforms = new JsonArray(new JsonObject { ["PathRemovePrefix"] = $"/{id}" });
+            if (transform is not null)
+            {
+                transforms.Add(transform);
+            }
+
+            config.Route(id, "named", $"/{id}/{{**rest}}", new JsonObject { ["Transforms"] = transforms });
+        }
+
         _tern = await TernInstance.StartAsync(config);
     }
 
@@ -530,6 +545,25 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         var headers = TestUpstream.ParseHeaders(await client.GetStringAsync(new Uri("/dest-host/headers", UriKind.Relative)));
 
         Assert.Equal(_upstream.Address.Authority, headers["Host"]);
+        Assert.Equal($"shop.test:{_tern.Config.HttpsPort}", headers["X-Forwarded-Host"]);
+    }
+
+    /// <summary>
+    /// A destination's own Host (YARP's Destinations:d1:Host) is what its upstream gets, where the
+    /// route leaves the Host to Tern: with Tern's default of the client's Host it was dropped without
+    /// a word. A route's own Host transform, or its explicit RequestHeaderOriginalHost, wins.
+    /// </summary>
+    [Theory]
+    [InlineData("/named/headers", "app.internal")]
+    [InlineData("/named-set/headers", "route.test")]
+    [InlineData("/named-original/headers", null)]
+    public async Task Headers_DestinationWithItsOwnHost_UpstreamGetsIt_UnlessTheRouteSaysOtherwise(string path, string? host)
+    {
+        using var client = _tern.CreateClient(host: "shop.test");
+
+        var headers = TestUpstream.ParseHeaders(await client.GetStringAsync(new Uri(path, UriKind.Relative)));
+
+        Assert.Equal(host ?? $"shop.test:{_tern.Config.HttpsPort}", headers["Host"]);
         Assert.Equal($"shop.test:{_tern.Config.HttpsPort}", headers["X-Forwarded-Host"]);
     }
 
