@@ -16,8 +16,8 @@ internal static class HttpSyntax
 
     /// <summary>
     /// The first control character in a field value (RFC 9110, 5.5: anything below a space but a
-    /// tab, and DEL), or null: CR and LF would end the line, and .NET's client and Kestrel refuse
-    /// the others.
+    /// tab, and DEL), or null. Kestrel refuses a response header that has one; .NET's client drops
+    /// a request header with a line break, and sends the others as they are, for upstreams to refuse.
     /// </summary>
     public static char? FirstControl(string value)
     {
@@ -30,6 +30,17 @@ internal static class HttpSyntax
         }
 
         return null;
+    }
+
+    /// <summary>
+    /// The first character outside ASCII in a value Tern sends, or null. Tern writes header
+    /// characters as one byte each (Latin-1, so that a client's bytes pass unchanged: HeaderBytes):
+    /// U+0080-U+00FF go as that byte, not as UTF-8, and any other as '?'.
+    /// </summary>
+    public static char? FirstNonAscii(string value)
+    {
+        var at = value.AsSpan().IndexOfAnyExceptInRange('\0', '\x7f');
+        return at < 0 ? null : value[at];
     }
 
     /// <summary>A character as a problem names it: U+000D.</summary>

@@ -1,5 +1,7 @@
 using System.Globalization;
+using System.Text;
 using System.Text.RegularExpressions;
+using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Routing.Patterns;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
@@ -113,10 +115,17 @@ internal static partial class ReverseProxyValidator
 
             // YARP builds each probe's PathString from it, which throws on every probe (logged
             // as a failure to construct the probe) when it does not start with '/'.
+            // YARP 2.1 takes it as a path alone, escaping a query or fragment into it:
+            // /healthz?ready=1 probed /healthz%3Fready=1, which failed on every destination and
+            // marked each unhealthy (YARP then sends to all alike: HealthyOrPanic).
             var probePath = cluster["HealthCheck:Active:Path"];
             if (!string.IsNullOrEmpty(probePath) && probePath[0] != '/')
             {
                 problems.Add(new($"{cluster.Path}:HealthCheck:Active:Path", $"'{probePath}' does not start with /"));
+            }
+            else if (probePath?.IndexOfAny(['?', '#']) is >= 0 and var at)
+            {
+                problems.Add(new($"{cluster.Path}:HealthCheck:Active:Path", $"'{probePath}' has a {(probePath[at] == '?' ? "query" : "fragment")}, which YARP 2.1 would send escaped as part of the path ({probePath[..at]}%{(int)probePath[at]:X2}{probePath[(at + 1)..]}): every probe would fail, and every destination be marked unhealthy, the dead with the live; YARP 2.1 probes a path alone"));
             }
 
             foreach (var key in DurationMetadata)
@@ -137,12 +146,15 @@ internal static partial class ReverseProxyValidator
                 }
             }
 
-            // YARP takes it in whole milliseconds for each request's CancelAfter: at 0 it answered
-            // every request 504 at once, and below it every request was a 500 with a stack trace.
+            // YARP takes it in whole milliseconds for each request's CancelAfter: at 0 (anything
+            // under 1 ms) it answered every request 504 at once, and below -1 every request was a
+            // 500 with a stack trace. -1 ms is .NET's "none", as YARP takes it.
             var activity = cluster["HttpRequest:ActivityTimeout"];
-            if (TimeSpan.TryParseExact(activity, "c", CultureInfo.InvariantCulture, out var idle) && idle < SettingReader.MinDuration)
+            if (TimeSpan.TryParseExact(activity, "c", CultureInfo.InvariantCulture, out var idle) && (int)idle.TotalMilliseconds is 0 or < -1)
             {
-                problems.Add(new($"{cluster.Path}:HttpRequest:ActivityTimeout", $"'{activity}' is not a positive duration: YARP would answer every request of the cluster at once with 504 (or 500 below 0); for long-lived requests give a long one, such as 1.00:00:00"));
+                problems.Add(new($"{cluster.Path}:HttpRequest:ActivityTimeout", idle >= TimeSpan.Zero
+                    ? $"'{activity}' is under 1 ms, which YARP counts as 0: it would answer every request of the cluster 504 at once; for long-lived requests give a long one, such as 1.00:00:00"
+                    : $"'{activity}' is negative: YARP would fail every request of the cluster (500); for long-lived requests give a long one, such as 1.00:00:00"));
             }
 
             CheckAffinity(cluster.GetSection("SessionAffinity"), problems);
@@ -199,14 +211,20 @@ internal static partial class ReverseProxyValidator
         }
 
         var domain = cookie["Domain"];
-        if (!string.IsNullOrEmpty(domain) && Uri.CheckHostName(domain.TrimStart('.')) is not (UriHostNameType.Dns or UriHostNameType.IPv4))
+        // Browsers take one leading dot, and a name in ASCII only (an international one in punycode).
+        if (!string.IsNullOrEmpty(domain) && (!Ascii.IsValid(domain) || Uri.CheckHostName(domain.StartsWith('.') ? domain[1..] : domain) is not (UriHostNameType.Dns or UriHostNameType.IPv4)))
         {
-            problems.Add(new($"{cookie.Path}:Domain", $"'{domain}' is not a host name (example.com, which takes in its subdomains): browsers would refuse the cookie"));
+            problems.Add(new($"{cookie.Path}:Domain", $"'{domain}' is not a host name in ASCII (example.com, which takes in its subdomains; an international name in punycode, xn--...): browsers would refuse the cookie"));
         }
 
-        var secure = !Enum.TryParse<Microsoft.AspNetCore.Http.CookieSecurePolicy>(cookie["SecurePolicy"], ignoreCase: true, out var policy) || policy != Microsoft.AspNetCore.Http.CookieSecurePolicy.None;
+        // YARP reads a number as the enum's value, defined or not: one it does not define is no
+        // policy ASP.NET Core knows (SecurePolicy 5 never marked the cookie Secure).
+        Undefined<CookieSecurePolicy>(cookie, "SecurePolicy", problems);
+        Undefined<SameSiteMode>(cookie, "SameSite", problems);
+
+        var secure = !Enum.TryParse<CookieSecurePolicy>(cookie["SecurePolicy"], ignoreCase: true, out var policy) || policy != CookieSecurePolicy.None;
         const string LeaveSecure = "leave SecurePolicy out (Secure over HTTPS) or set it to Always";
-        if (!secure && Enum.TryParse<Microsoft.AspNetCore.Http.SameSiteMode>(cookie["SameSite"], ignoreCase: true, out var sameSite) && sameSite == Microsoft.AspNetCore.Http.SameSiteMode.None)
+        if (!secure && Enum.TryParse<SameSiteMode>(cookie["SameSite"], ignoreCase: true, out var sameSite) && sameSite == SameSiteMode.None)
         {
             problems.Add(new($"{cookie.Path}:SameSite", $"None needs the cookie marked Secure, which SecurePolicy None leaves out: browsers would refuse the cookie, and affinity would never hold; {LeaveSecure}"));
         }
@@ -224,6 +242,17 @@ internal static partial class ReverseProxyValidator
         if (name.StartsWith("__Host-", StringComparison.OrdinalIgnoreCase) && (!string.IsNullOrEmpty(domain) || (path is not null && path != "/")))
         {
             problems.Add(new($"{affinity.Path}:AffinityKeyName", $"'{name}' needs the cookie without a Domain and with the Path /: browsers would refuse the cookie, and affinity would never hold; leave Cookie:Domain and Cookie:Path out"));
+        }
+    }
+
+    /// <summary>A number given for an enum that is none of its values.</summary>
+    private static void Undefined<T>(IConfigurationSection section, string key, List<ConfigurationProblem> problems)
+        where T : struct, Enum
+    {
+        if (section[key] is { Length: > 0 } given && long.TryParse(given, NumberStyles.Integer, CultureInfo.InvariantCulture, out _)
+            && Enum.TryParse<T>(given, out var value) && !Enum.IsDefined(value))
+        {
+            problems.Add(new($"{section.Path}:{key}", $"'{given}' is not one of {string.Join(", ", Enum.GetNames<T>())}"));
         }
     }
 

@@ -64,9 +64,11 @@ internal static class TransformChecks
     /// Header names and values a transform sets. .NET's client refuses a request header name that
     /// is not a token (502 for every request of the route) and drops a value with a line break
     /// (the header never sent); Kestrel refuses a response header's (502, after the upstream had
-    /// answered; for a trailer a 500 logged with its stack). A transform setting Content-Length
-    /// or Transfer-Encoding made every request of the route fail (502): Tern frames each message
-    /// from its body.
+    /// answered; for a trailer a 500 logged with its stack). A value outside ASCII is sent one byte
+    /// a character (HttpSyntax.FirstNonAscii). A transform setting Content-Length made every
+    /// request of the route fail (502), and so did Transfer-Encoding on requests; on responses it
+    /// mislabelled the body over HTTP/1.1 (gzip), and over HTTP/2 Kestrel removed it with a
+    /// warning at every response. Tern frames each message from its body.
     /// </summary>
     private static void CheckHeaders(Dictionary<string, IConfigurationSection> transform, List<ConfigurationProblem> problems)
     {
@@ -90,14 +92,23 @@ internal static class TransformChecks
 
             if (s_framing.Contains(name, StringComparer.OrdinalIgnoreCase))
             {
-                problems.Add(new(entry.Path, $"'{name}' frames the message, and Tern sets it from the body of each: set by a transform, it made every request of the route fail; remove the transform"));
+                problems.Add(new(entry.Path, $"'{name}' frames the message, and Tern frames each from its body: set by a transform, it failed every request of the route, or mislabelled the response's body; remove the transform"));
             }
 
             foreach (var value in (string[])["Set", "Append"])
             {
-                if (Entry(transform, value) is { Value: { } text } given && HttpSyntax.FirstControl(text) is { } control)
+                if (Entry(transform, value) is not { Value: { } text } given)
                 {
-                    problems.Add(new(given.Path, $"'{text}' holds a control character ({HttpSyntax.Name(control)}), which no header value may carry: every request of the route would fail, or lose the header"));
+                    continue;
+                }
+
+                if (HttpSyntax.FirstControl(text) is { } control)
+                {
+                    problems.Add(new(given.Path, $"'{text}' holds a control character ({HttpSyntax.Name(control)}), which no header value may carry (RFC 9110): Kestrel fails a response that has one, and .NET's client drops a request header with a line break and sends the others, for the upstream to refuse"));
+                }
+                else if (HttpSyntax.FirstNonAscii(text) is { } other)
+                {
+                    problems.Add(new(given.Path, $"'{text}' holds {HttpSyntax.Name(other)}, outside ASCII: Tern sends each character of a header as one byte, so it would arrive as {(other <= '\xff' ? $"the byte 0x{(int)other:X2}, not as UTF-8" : "'?'")}; write the value in ASCII (percent-encoded, say)"));
                 }
             }
         }

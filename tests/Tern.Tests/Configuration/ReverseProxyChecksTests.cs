@@ -68,6 +68,9 @@ public sealed class ReverseProxyChecksTests
     // A probe path YARP's PathString throws on at every probe.
     [InlineData("Clusters:c:HealthCheck:Active:Path", "healthz", "'healthz' does not start with /")]
     [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz", null)]
+    [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz?ready=1", "'/healthz?ready=1' has a query, which YARP 2.1 would send escaped as part of the path (/healthz%3Fready=1): every probe would fail, and every destination be marked unhealthy, the dead with the live; YARP 2.1 probes a path alone")]
+    [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz#x", "'/healthz#x' has a fragment, which YARP 2.1 would send escaped as part of the path (/healthz%23x)")]
+    [InlineData("Clusters:c:HealthCheck:Active:Path", "/health%20check", null)]
     // A destination's own Host, which .NET's client refused at every request.
     [InlineData("Clusters:c:Destinations:d1:Host", "app internal", "'app internal' is not a Host header (a name or an address, with a port or none): .NET's client would refuse it, and every request to the destination would fail")]
     [InlineData("Clusters:c:Destinations:d1:Host", "app.internal:http", "'app.internal:http' is not a Host header")]
@@ -75,8 +78,10 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Clusters:c:Destinations:d1:Host", "[::1]:8080", null)]
     [InlineData("Clusters:c:Destinations:d1:Host", "bucket.s3.eu-west-1.amazonaws.com", null)]
     // YARP answered every request 504 at once at 0, and 500 with a stack below it.
-    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00", "'00:00:00' is not a positive duration: YARP would answer every request of the cluster at once with 504 (or 500 below 0)")]
-    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "-00:00:01", "'-00:00:01' is not a positive duration")]
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00", "'00:00:00' is under 1 ms, which YARP counts as 0: it would answer every request of the cluster 504 at once; for long-lived requests give a long one, such as 1.00:00:00")]
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00.0005", "'00:00:00.0005' is under 1 ms, which YARP counts as 0")]
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "-00:00:01", "'-00:00:01' is negative: YARP would fail every request of the cluster (500)")]
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "-00:00:00.001", null)] // .NET's "none" (Timeout.InfiniteTimeSpan), as YARP takes it
     [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00.001", null)]
     [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "1.00:00:00", null)]
     public void Value_AProblemOfItsKey_OnlyWhereYarpCannotServeIt(string key, string value, string? problem)
@@ -120,9 +125,18 @@ public sealed class ReverseProxyChecksTests
     [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:Path=", "A:Cookie:Path", "'' is not a cookie path")]
     [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:Path=/café", "A:Cookie:Path", "'/café' is not a cookie path")]
     [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:Path=/app", null, null)]
-    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=example.com;x", "A:Cookie:Domain", "'example.com;x' is not a host name (example.com, which takes in its subdomains): browsers would refuse the cookie")]
-    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=example.com:8443", "A:Cookie:Domain", "'example.com:8443' is not a host name")]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=example.com;x", "A:Cookie:Domain", "'example.com;x' is not a host name in ASCII (example.com, which takes in its subdomains; an international name in punycode, xn--...): browsers would refuse the cookie")]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=example.com:8443", "A:Cookie:Domain", "'example.com:8443' is not a host name in ASCII")]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=bücher.example", "A:Cookie:Domain", "'bücher.example' is not a host name in ASCII")]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=..example.com", "A:Cookie:Domain", "'..example.com' is not a host name in ASCII")]
     [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=.example.com", null, null)]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=xn--bcher-kva.example", null, null)]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=localhost", null, null)]
+    [InlineData("A:Enabled=true|A:Policy=ArrCookie|A:AffinityKeyName=aff|A:Cookie:Domain=10.0.0.1", null, null)]
+    // A number YARP reads as a value the enum does not define: no policy ASP.NET Core knows.
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:SecurePolicy=5", "A:Cookie:SecurePolicy", "'5' is not one of SameAsRequest, Always, None")]
+    [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:SameSite=7", "A:Cookie:SameSite", "'7' is not one of None, Lax, Strict, Unspecified")]
+    [InlineData("A:enabled=True|A:policy=cookie|A:affinitykeyname=aff|A:cookie:securepolicy=1|A:cookie:samesite=0", null, null)] // Always and None, as YARP reads them
     // Browsers refuse a cookie they are told to keep Secure that is not.
     [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:SameSite=none|A:Cookie:SecurePolicy=none", "A:Cookie:SameSite", "None needs the cookie marked Secure, which SecurePolicy None leaves out: browsers would refuse the cookie, and affinity would never hold; leave SecurePolicy out (Secure over HTTPS) or set it to Always")]
     [InlineData("A:Enabled=true|A:Policy=Cookie|A:AffinityKeyName=aff|A:Cookie:SameSite=None", null, null)] // Secure over HTTPS
@@ -140,12 +154,15 @@ public sealed class ReverseProxyChecksTests
     [InlineData("T:ClientCert=X Cert", "T:ClientCert", "'X Cert' is not a header name")]
     [InlineData("T:X-Forwarded=Set|T:HeaderPrefix=X:", "T:HeaderPrefix", "'X:' makes no header name (letters, digits and !#$%&'*+-.^_`|~): every request of the route would fail")]
     [InlineData("T:X-Forwarded=Set|T:HeaderPrefix=My-", null, null)]
-    [InlineData("T:RequestHeader=X-A|T:Set=a\r\nX-Injected: 1", "T:Set", "'a\\r\\nX-Injected: 1' holds a control character (U+000D), which no header value may carry: every request of the route would fail, or lose the header")]
+    [InlineData("T:RequestHeader=X-A|T:Set=a\r\nX-Injected: 1", "T:Set", "'a\\r\\nX-Injected: 1' holds a control character (U+000D), which no header value may carry (RFC 9110): Kestrel fails a response that has one, and .NET's client drops a request header with a line break and sends the others, for the upstream to refuse")]
     [InlineData("T:ResponseHeader=X-A|T:Append=a\u0001", "T:Append", "'a\\u0001' holds a control character (U+0001)")]
     [InlineData("T:ResponseTrailer=X-A|T:Set=a\nb", "T:Set", "'a\\nb' holds a control character (U+000A)")]
-    [InlineData("T:ResponseHeader=X-A|T:Set=a\tcafé", null, null)] // a tab and obs-text are a value's
+    [InlineData("T:ResponseHeader=X-A|T:Set=a\tb; c=\"d\"", null, null)] // a tab is a value's
+    [InlineData("T:RequestHeader=X-A|T:Set=café", "T:Set", "'café' holds U+00E9, outside ASCII: Tern sends each character of a header as one byte, so it would arrive as the byte 0xE9, not as UTF-8; write the value in ASCII (percent-encoded, say)")]
+    [InlineData("T:ResponseHeader=X-A|T:Append=snow☃", "T:Append", "'snow☃' holds U+2603, outside ASCII: Tern sends each character of a header as one byte, so it would arrive as '?'")]
     [InlineData("T:RequestHeaderRouteValue=X-Id|T:Set=a b", null, null)] // Set names a route value here
-    [InlineData("T:ResponseHeader=Content-Length|T:Set=5", "T:ResponseHeader", "'Content-Length' frames the message, and Tern sets it from the body of each: set by a transform, it made every request of the route fail; remove the transform")]
+    [InlineData("T:ResponseHeader=Content-Length|T:Set=5", "T:ResponseHeader", "'Content-Length' frames the message, and Tern frames each from its body: set by a transform, it failed every request of the route, or mislabelled the response's body; remove the transform")]
+    [InlineData("T:ResponseHeader=Transfer-Encoding|T:Set=gzip", "T:ResponseHeader", "'Transfer-Encoding' frames the message")]
     [InlineData("T:RequestHeader=transfer-encoding|T:Set=chunked", "T:RequestHeader", "'transfer-encoding' frames the message")]
     [InlineData("T:ResponseHeaderRemove=Content-Length", null, null)]
     [InlineData("T:RequestHeader=Host|T:Set=app.internal", null, null)]
