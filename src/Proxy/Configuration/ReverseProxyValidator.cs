@@ -68,6 +68,16 @@ internal static partial class ReverseProxyValidator
             }
 
             CheckHosts(route, problems);
+
+            // A header no request can carry: the route would match nothing, without a word.
+            foreach (var header in route.GetSection("Match:Headers").GetChildren())
+            {
+                if (header["Name"] is { Length: > 0 } name && !HttpSyntax.IsToken(name))
+                {
+                    problems.Add(new($"{header.Path}:Name", $"'{name}' is not a header name ({HttpSyntax.TokenChars}): no request carries it, so the route would match none"));
+                }
+            }
+
             var path = route["Match:Path"];
             var pattern = string.IsNullOrEmpty(path) ? null : Parse(path);
             if (pattern is not null)
@@ -316,7 +326,7 @@ internal static partial class ReverseProxyValidator
             var parts = host.Split(':');
             var problem = parts switch
             {
-                _ when host.Contains('[', StringComparison.Ordinal) || parts.Length > 2 => "ASP.NET Core's host matching cannot match an IPv6 address (nor read more than one ':'); leave Hosts out for a route served by address",
+                _ when host.Contains('[', StringComparison.Ordinal) || parts.Length > 2 => "ASP.NET Core's host matching cannot match an IPv6 address, nor a host in brackets or with more than one ':'; leave Hosts out for a route served by address",
                 [""] or ["", _] => "names no host: give a name (example.com, *.example.com) or *",
                 [_, "*"] => null,
                 [_, var port] when !int.TryParse(port, NumberStyles.Integer, CultureInfo.InvariantCulture, out var number) || number is < 1 or > 65535 => $"'{port}' is not a port: give 1-65535 or *, or no port",

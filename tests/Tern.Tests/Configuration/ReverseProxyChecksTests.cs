@@ -37,7 +37,12 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Routes:r:Match:Hosts:0", "example.com:https", "'example.com:https': 'https' is not a port")]
     [InlineData("Routes:r:Match:Hosts:0", ":8443", "':8443': names no host")]
     [InlineData("Routes:r:Match:Hosts:0", "example.com:70000", "'example.com:70000': '70000' is not a port")] // never matched
+    [InlineData("Routes:r:Match:Hosts:0", "[v]", "'[v]': ASP.NET Core's host matching cannot match an IPv6 address, nor a host in brackets")] // read as a name no request carries
     [InlineData("Routes:r:Match:Hosts:0", "example.com", null)]
+    // A header match no request can carry.
+    [InlineData("Routes:r:Match:Headers:0:Name", "X Tenant", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match none")]
+    [InlineData("Routes:r:Match:Headers:0:Name", "X-Tenant:", "'X-Tenant:' is not a header name")]
+    [InlineData("Routes:r:Match:Headers:0:Name", "X-Tenant", null)]
     [InlineData("Routes:r:Match:Hosts:0", "*.example.com:8443", null)]
     [InlineData("Routes:r:Match:Hosts:0", "example.com:*", null)]
     [InlineData("Routes:r:Match:Hosts:0", "*", null)]
