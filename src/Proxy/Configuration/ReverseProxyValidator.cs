@@ -74,7 +74,9 @@ internal static partial class ReverseProxyValidator
             {
                 if (header["Name"] is { Length: > 0 } name && !HttpSyntax.IsToken(name))
                 {
-                    problems.Add(new($"{header.Path}:Name", $"'{name}' is not a header name ({HttpSyntax.TokenChars}): no request carries it, so the route would match none"));
+                    // Matched by its absence (NotExists, NotContains), it is absent from every request.
+                    var absent = header["Mode"] is { } mode && mode.StartsWith("Not", StringComparison.OrdinalIgnoreCase);
+                    problems.Add(new($"{header.Path}:Name", $"'{name}' is not a header name ({HttpSyntax.TokenChars}): no request carries it, so the route would match {(absent ? "every request" : "none")}"));
                 }
             }
 
@@ -119,7 +121,7 @@ internal static partial class ReverseProxyValidator
 
                 if (destination["Host"] is { Length: > 0 } host && !IsHostHeader(host))
                 {
-                    problems.Add(new($"{destination.Path}:Host", $"'{host}' is not a Host header (a name or an address, with a port or none): .NET's client would refuse it, and every request to the destination would fail"));
+                    problems.Add(new($"{destination.Path}:Host", $"'{host}' is not a Host header in ASCII (a name or an address, with a port or none; an international name in punycode, xn--...): .NET's client would refuse it, and every request to the destination fail, or send it as other bytes"));
                 }
             }
 
@@ -135,7 +137,7 @@ internal static partial class ReverseProxyValidator
             }
             else if (probePath?.IndexOfAny(['?', '#']) is >= 0 and var at)
             {
-                problems.Add(new($"{cluster.Path}:HealthCheck:Active:Path", $"'{probePath}' has a {(probePath[at] == '?' ? "query" : "fragment")}, which YARP 2.1 would send escaped as part of the path ({probePath[..at]}%{(int)probePath[at]:X2}{probePath[(at + 1)..]}): every probe would fail, and every destination be marked unhealthy, the dead with the live; YARP 2.1 probes a path alone"));
+                problems.Add(new($"{cluster.Path}:HealthCheck:Active:Path", $"'{probePath}' has a {(probePath[at] == '?' ? "query" : "fragment")}, which YARP 2.1 would send escaped as part of the path ({probePath[..at]}%{(int)probePath[at]:X2}{probePath[(at + 1)..]}): most upstreams answer such a probe 404, marking every destination unhealthy, the dead with the live, and a catch-all one 200 whatever its state; YARP 2.1 probes a path alone"));
             }
 
             foreach (var key in DurationMetadata)
@@ -160,10 +162,10 @@ internal static partial class ReverseProxyValidator
             // under 1 ms) it answered every request 504 at once, and below -1 every request was a
             // 500 with a stack trace. -1 ms is .NET's "none", as YARP takes it.
             var activity = cluster["HttpRequest:ActivityTimeout"];
-            if (TimeSpan.TryParseExact(activity, "c", CultureInfo.InvariantCulture, out var idle) && (int)idle.TotalMilliseconds is 0 or < -1)
+            if (TimeSpan.TryParseExact(activity, "c", CultureInfo.InvariantCulture, out var idle) && (int)idle.TotalMilliseconds is var ms and (0 or < -1))
             {
-                problems.Add(new($"{cluster.Path}:HttpRequest:ActivityTimeout", idle >= TimeSpan.Zero
-                    ? $"'{activity}' is under 1 ms, which YARP counts as 0: it would answer every request of the cluster 504 at once; for long-lived requests give a long one, such as 1.00:00:00"
+                problems.Add(new($"{cluster.Path}:HttpRequest:ActivityTimeout", ms == 0
+                    ? $"'{activity}' comes to 0 ms, as YARP counts it (whole milliseconds): it would answer every request of the cluster 504 at once; for long-lived requests give a long one, such as 1.00:00:00"
                     : $"'{activity}' is negative: YARP would fail every request of the cluster (500); for long-lived requests give a long one, such as 1.00:00:00"));
             }
 
@@ -266,9 +268,14 @@ internal static partial class ReverseProxyValidator
         }
     }
 
-    /// <summary>Whether .NET's client takes the text as a Host header, as it does at each request.</summary>
+    /// <summary>Whether .NET's client takes the text as a Host header, as it does at each request, in ASCII (anything else it sent as Latin-1 bytes).</summary>
     private static bool IsHostHeader(string host)
     {
+        if (!Ascii.IsValid(host))
+        {
+            return false;
+        }
+
         using var request = new HttpRequestMessage();
         try
         {

@@ -2,6 +2,7 @@ using System.Net;
 using Microsoft.Extensions.Primitives;
 using Microsoft.Net.Http.Headers;
 using Tern.Proxy.Configuration;
+using Yarp.ReverseProxy.Configuration;
 using Yarp.ReverseProxy.Model;
 using Yarp.ReverseProxy.Transforms;
 using Yarp.ReverseProxy.Transforms.Builder;
@@ -56,7 +57,10 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         if (!transforms.Any(t => t.ContainsKey("RequestHeaderOriginalHost")))
         {
             context.AddOriginalHost(true); // YARP's own, which keeps YARP from adding its default
-            context.RequestTransforms.Add(DestinationHost.Instance);
+            if (!transforms.Any(SetsHost))
+            {
+                context.RequestTransforms.Add(DestinationHost.Instance);
+            }
         }
 
         // Last, after any transform that could change the path or query.
@@ -65,6 +69,11 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             context.RequestTransforms.Add(clientTarget);
         }
     }
+
+    /// <summary>Whether a route's transform sets the Host header (RequestHeader or RequestHeaderRouteValue naming it): the route's Host wins then.</summary>
+    private static bool SetsHost(IReadOnlyDictionary<string, string> transform) =>
+        transform.Any(e => (e.Key.Equals("RequestHeader", StringComparison.OrdinalIgnoreCase) || e.Key.Equals("RequestHeaderRouteValue", StringComparison.OrdinalIgnoreCase))
+            && e.Value.Equals(HeaderNames.Host, StringComparison.OrdinalIgnoreCase));
 
     /// <summary>A client's address as it is written: 127.0.0.1, not ::ffff:127.0.0.1 (the listeners are dual-stack).</summary>
     internal static IPAddress Plain(IPAddress address) => address.IsIPv4MappedToIPv6 ? address.MapToIPv4() : address;
@@ -91,11 +100,12 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     }
 
     /// <summary>
-    /// After YARP's RequestHeaderOriginalHost, which passes the client's Host on: a destination's
-    /// own Host, which YARP sends only with RequestHeaderOriginalHost off, instead. Without it a
-    /// destination's Host (an app on a shared host, an object store, a platform that routes by
-    /// name) was dropped without a word, and the upstream got the client's. A Host a route's own
-    /// transform sets wins, as in YARP.
+    /// After YARP's RequestHeaderOriginalHost, which passes the client's Host on, on routes that
+    /// set no Host of their own: a destination's own Host, which YARP sends only with
+    /// RequestHeaderOriginalHost off, instead. Without it a destination's Host (an app on a shared
+    /// host, an object store, a platform that routes by name) was dropped without a word, and the
+    /// upstream got the client's. .NET's client takes it for the upstream's TLS name too (SNI, and
+    /// the name its certificate is checked against), as for YARP's own.
     /// </summary>
     private sealed class DestinationHost : RequestTransform
     {
@@ -105,12 +115,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         {
             if (context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config.Host is { Length: > 0 } destination)
             {
-                var headers = context.ProxyRequest.Headers;
-                var original = context.HttpContext.Request.Host.Value;
-                if (!headers.NonValidated.TryGetValues(HeaderNames.Host, out var values) || string.Equals(values.ToString(), original, StringComparison.Ordinal))
-                {
-                    headers.Host = destination;
-                }
+                context.ProxyRequest.Headers.Host = destination;
             }
 
             return ValueTask.CompletedTask;
@@ -230,20 +235,38 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             var location = headers.Location;
             var refresh = headers[Refresh]; // a miss in Kestrel's unknown headers: level in a paired A/B (loadtest/README.md, 2026-11-26 11:00)
             if ((location.Count == 1 || refresh.Count == 1)
-                && context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config.Address is { } address)
+                && context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config is { } destination)
             {
-                if (location.Count == 1 && ClientLocation(location[0]!, address, clientPrefix) is { } clientLocation)
+                if (location.Count == 1 && Rewritten(location[0]!, destination, clientPrefix, ClientLocation) is { } clientLocation)
                 {
                     headers.Location = clientLocation;
                 }
 
-                if (refresh.Count == 1 && ClientRefresh(refresh[0]!, address, clientPrefix) is { } clientRefresh)
+                if (refresh.Count == 1 && Rewritten(refresh[0]!, destination, clientPrefix, ClientRefresh) is { } clientRefresh)
                 {
                     headers[Refresh] = clientRefresh;
                 }
             }
 
             return ValueTask.CompletedTask;
+        }
+
+        /// <summary>
+        /// The value made the client's for the destination's address, or, where the destination
+        /// gives its own Host (which its upstream gets), for that name with the address's path over
+        /// http or https (an app that builds its redirects from the Host it got, and perhaps from
+        /// X-Forwarded-Proto); null where it points elsewhere.
+        /// </summary>
+        private static string? Rewritten(string value, DestinationConfig destination, string clientPrefix, Func<string, string, string, string?> rewrite)
+        {
+            var own = rewrite(value, destination.Address, clientPrefix);
+            if (own is not null || destination.Host is not { Length: > 0 } host)
+            {
+                return own;
+            }
+
+            var path = Uri.TryCreate(destination.Address, UriKind.Absolute, out var address) ? address.AbsolutePath : "/";
+            return rewrite(value, $"http://{host}{path}", clientPrefix) ?? rewrite(value, $"https://{host}{path}", clientPrefix);
         }
     }
 
@@ -327,9 +350,12 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             var clientText = client is null ? "unknown" : Plain(client).ToString();
             AddHeader(context, ForwardedFor, trusted && !StringValues.IsNullOrEmpty(incomingFor) ? StringValues.Concat(incomingFor, clientText) : clientText);
             AddHeader(context, ForwardedProto, trusted && !StringValues.IsNullOrEmpty(incomingProto) ? incomingProto : request.Scheme);
-            if (request.Host.HasValue)
+            // The Host as the client sent it: Request.Host decodes a punycode name (xn--bcher-kva.example
+            // became bücher.example, sent as Latin-1 bytes).
+            var host = request.Headers.Host;
+            if (!StringValues.IsNullOrEmpty(host))
             {
-                AddHeader(context, ForwardedHost, trusted && !StringValues.IsNullOrEmpty(incomingHost) ? incomingHost : request.Host.Value);
+                AddHeader(context, ForwardedHost, trusted && !StringValues.IsNullOrEmpty(incomingHost) ? incomingHost : host);
             }
 
             if (request.PathBase.HasValue)

@@ -73,18 +73,21 @@ public sealed class ReverseProxyChecksTests
     // A probe path YARP's PathString throws on at every probe.
     [InlineData("Clusters:c:HealthCheck:Active:Path", "healthz", "'healthz' does not start with /")]
     [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz", null)]
-    [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz?ready=1", "'/healthz?ready=1' has a query, which YARP 2.1 would send escaped as part of the path (/healthz%3Fready=1): every probe would fail, and every destination be marked unhealthy, the dead with the live; YARP 2.1 probes a path alone")]
+    [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz?ready=1", "'/healthz?ready=1' has a query, which YARP 2.1 would send escaped as part of the path (/healthz%3Fready=1): most upstreams answer such a probe 404, marking every destination unhealthy, the dead with the live, and a catch-all one 200 whatever its state; YARP 2.1 probes a path alone")]
     [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz#x", "'/healthz#x' has a fragment, which YARP 2.1 would send escaped as part of the path (/healthz%23x)")]
     [InlineData("Clusters:c:HealthCheck:Active:Path", "/health%20check", null)]
     // A destination's own Host, which .NET's client refused at every request.
-    [InlineData("Clusters:c:Destinations:d1:Host", "app internal", "'app internal' is not a Host header (a name or an address, with a port or none): .NET's client would refuse it, and every request to the destination would fail")]
+    [InlineData("Clusters:c:Destinations:d1:Host", "app internal", "'app internal' is not a Host header in ASCII (a name or an address, with a port or none; an international name in punycode, xn--...): .NET's client would refuse it, and every request to the destination fail, or send it as other bytes")]
     [InlineData("Clusters:c:Destinations:d1:Host", "app.internal:http", "'app.internal:http' is not a Host header")]
+    [InlineData("Clusters:c:Destinations:d1:Host", "bücher.example", "'bücher.example' is not a Host header in ASCII")]
+    [InlineData("Clusters:c:Destinations:d1:Host", "xn--bcher-kva.example", null)]
     [InlineData("Clusters:c:Destinations:d1:Host", "app.internal:8080", null)]
     [InlineData("Clusters:c:Destinations:d1:Host", "[::1]:8080", null)]
     [InlineData("Clusters:c:Destinations:d1:Host", "bucket.s3.eu-west-1.amazonaws.com", null)]
     // YARP answered every request 504 at once at 0, and 500 with a stack below it.
-    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00", "'00:00:00' is under 1 ms, which YARP counts as 0: it would answer every request of the cluster 504 at once; for long-lived requests give a long one, such as 1.00:00:00")]
-    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00.0005", "'00:00:00.0005' is under 1 ms, which YARP counts as 0")]
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00", "'00:00:00' comes to 0 ms, as YARP counts it (whole milliseconds): it would answer every request of the cluster 504 at once; for long-lived requests give a long one, such as 1.00:00:00")]
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00.0005", "'00:00:00.0005' comes to 0 ms")]
+    [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "-00:00:00.0005", "'-00:00:00.0005' comes to 0 ms")]
     [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "-00:00:01", "'-00:00:01' is negative: YARP would fail every request of the cluster (500)")]
     [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "-00:00:00.001", null)] // .NET's "none" (Timeout.InfiniteTimeSpan), as YARP takes it
     [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00.001", null)]
@@ -171,9 +174,11 @@ public sealed class ReverseProxyChecksTests
     [InlineData("T:RequestHeader=transfer-encoding|T:Set=chunked", "T:RequestHeader", "'transfer-encoding' frames the message")]
     [InlineData("T:ResponseHeaderRemove=Content-Length", null, null)]
     [InlineData("T:RequestHeader=Host|T:Set=app.internal", null, null)]
+    // A header match by its absence, on a name no request carries: the route matched every request.
+    [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=NotExists", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match every request")]
     public void SettingsTogether_AProblemOfTheKeyNamed(string settings, string? key, string? problem)
     {
-        static string Full(string key) => key.Replace("A:", $"{Cluster}:SessionAffinity:", StringComparison.Ordinal).Replace("T:", $"{Route}:Transforms:0:", StringComparison.Ordinal);
+        static string Full(string key) => key.Replace("A:", $"{Cluster}:SessionAffinity:", StringComparison.Ordinal).Replace("T:", $"{Route}:Transforms:0:", StringComparison.Ordinal).Replace("M:", $"{Route}:Match:", StringComparison.Ordinal);
 
         var values = Base();
         foreach (var setting in settings.Split('|'))

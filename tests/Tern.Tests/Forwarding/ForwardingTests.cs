@@ -39,7 +39,11 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         // themselves, or ask for the client's.
         config.Cluster("named", [_upstream]);
         config.ReverseProxy["Clusters"]!["named"]!["Destinations"]!["d1"]!["Host"] = "app.internal";
-        foreach (var (id, transform) in (ValueTuple<string, JsonObject?>[])[("named", null), ("named-set", new JsonObject { ["RequestHeader"] = "Host", ["Set"] = "route.test" }), ("named-original", new JsonObject { ["RequestHeaderOriginalHost"] = "true" })])
+        foreach (var (id, transform) in (ValueTuple<string, JsonObject?>[])[
+            ("named", null),
+            ("named-set", new JsonObject { ["RequestHeader"] = "Host", ["Set"] = "route.test" }),
+            ("named-same", new JsonObject { ["RequestHeader"] = "host", ["Set"] = $"shop.test:{config.HttpsPort}" }), // the client's own, set by the route
+            ("named-original", new JsonObject { ["RequestHeaderOriginalHost"] = "true" })])
         {
             var transforms = new JsonArray(new JsonObject { ["PathRemovePrefix"] = $"/{id}" });
             if (transform is not null)
@@ -556,6 +560,7 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     [Theory]
     [InlineData("/named/headers", "app.internal")]
     [InlineData("/named-set/headers", "route.test")]
+    [InlineData("/named-same/headers", null)]
     [InlineData("/named-original/headers", null)]
     public async Task Headers_DestinationWithItsOwnHost_UpstreamGetsIt_UnlessTheRouteSaysOtherwise(string path, string? host)
     {
@@ -565,6 +570,40 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
 
         Assert.Equal(host ?? $"shop.test:{_tern.Config.HttpsPort}", headers["Host"]);
         Assert.Equal($"shop.test:{_tern.Config.HttpsPort}", headers["X-Forwarded-Host"]);
+    }
+
+    /// <summary>
+    /// A client's Host in punycode: the destination's own Host is sent all the same, and
+    /// X-Forwarded-Host carries the name as the client wrote it (ASP.NET Core's Request.Host
+    /// decodes it: bücher.example, which went as Latin-1 bytes).
+    /// </summary>
+    [Fact]
+    public async Task Headers_InternationalHostInPunycode_PassedAsWritten()
+    {
+        using var client = _tern.CreateClient(host: "xn--bcher-kva.example");
+
+        var headers = TestUpstream.ParseHeaders(await client.GetStringAsync(new Uri("/named/headers", UriKind.Relative)));
+
+        Assert.Equal("app.internal", headers["Host"]);
+        Assert.Equal($"xn--bcher-kva.example:{_tern.Config.HttpsPort}", headers["X-Forwarded-Host"]);
+    }
+
+    /// <summary>
+    /// An upstream that builds its redirects from the Host it got (a destination's own Host) has
+    /// them made the client's, as those to its address: the internal name does not reach the client.
+    /// </summary>
+    [Theory]
+    [InlineData("http://app.internal/login", "/named/login")]
+    [InlineData("https://APP.internal/login?next=%2F", "/named/login?next=%2F")] // built from X-Forwarded-Proto, in any case
+    [InlineData("http://app.internal:8080/login", "http://app.internal:8080/login")] // another port: not the destination
+    public async Task Redirect_ToTheDestinationsOwnHost_MadeTheClients(string location, string expected)
+    {
+        using var client = _tern.CreateClient(host: "shop.test");
+
+        using var response = await client.GetAsync(new Uri($"/named/redirect?to={Uri.EscapeDataString(location)}", UriKind.Relative));
+
+        Assert.Equal(HttpStatusCode.Found, response.StatusCode);
+        Assert.Equal(expected, response.Headers.Location!.OriginalString);
     }
 
     [Fact]
