@@ -2,6 +2,8 @@ using System.Globalization;
 using System.Text;
 using System.Text.RegularExpressions;
 using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Routing;
+using Microsoft.AspNetCore.Routing.Constraints;
 using Microsoft.AspNetCore.Routing.Patterns;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
@@ -85,6 +87,7 @@ internal static partial class ReverseProxyValidator
             if (pattern is not null)
             {
                 CheckPathTemplate(route, path!, pattern, problems);
+                CheckConstraints(route, path!, pattern, problems);
             }
 
             // PathPatterns only against a Match:Path YARP can read: it names one it cannot itself.
@@ -366,6 +369,50 @@ internal static partial class ReverseProxyValidator
         var exact = regex && cut < 0 && path.EndsWith('$'); // ^/api$: the one path
         var instead = exact ? $"for the path {prefix} alone write {prefix}" : $"for every path under {(prefix.Length == 0 ? "/" : prefix)} write {prefix.TrimEnd('/')}/{{**rest}}";
         problems.Add(new($"{route.Path}:Match:Path", $"'{path}' is written as {(regex ? "a regular expression" : "a wildcard")}, but a route template takes neither: it matches only the path '{path}' itself; {instead}"));
+    }
+
+    /// <summary>ASP.NET Core's constraint resolver and the names it knows, as Tern's host has them (AddRouting: with regex).</summary>
+    private static readonly Lazy<(ParameterPolicyFactory Factory, IDictionary<string, Type> Names)> s_policies = new(() =>
+    {
+        var services = new ServiceCollection().AddRouting().BuildServiceProvider();
+        return (services.GetRequiredService<ParameterPolicyFactory>(), services.GetRequiredService<Microsoft.Extensions.Options.IOptions<RouteOptions>>().Value.ConstraintMap);
+    });
+
+    /// <summary>
+    /// The constraints of Match:Path's parameters, resolved as ASP.NET Core's router resolves them
+    /// when it first builds its table: an unknown one ({id:foo}), arguments it cannot take
+    /// ({id:length(x)}) or a regular expression that does not parse made that fail at every
+    /// request, so every request of every route was a 500 with a stack trace, and a reload that
+    /// brought one took the whole proxy down.
+    /// </summary>
+    private static void CheckConstraints(IConfigurationSection route, string path, RoutePattern pattern, List<ConfigurationProblem> problems)
+    {
+        const string Consequence = "ASP.NET Core's router would answer every request of every route 500";
+        var (factory, names) = s_policies.Value;
+        foreach (var parameter in pattern.Parameters)
+        {
+            foreach (var reference in parameter.ParameterPolicies.Where(p => p.Content is not null))
+            {
+                var name = reference.Content!.Split('(')[0];
+                if (!names.ContainsKey(name))
+                {
+                    problems.Add(new($"{route.Path}:Match:Path", $"'{path}': '{name}' in {{{parameter.Name}:{reference.Content}}} is not one of ASP.NET Core's route constraints ({string.Join(", ", names.Keys.Order(StringComparer.Ordinal))}); {Consequence}"));
+                    continue;
+                }
+
+                try
+                {
+                    if (factory.Create(parameter, reference.Content!) is RegexRouteConstraint regex)
+                    {
+                        _ = regex.Constraint; // built when first asked for
+                    }
+                }
+                catch (Exception ex) when (ex is not OutOfMemoryException)
+                {
+                    problems.Add(new($"{route.Path}:Match:Path", $"'{path}': {{{parameter.Name}:{reference.Content}}} cannot be used: {ex.GetBaseException().Message.Split('\n')[0].Trim()} {Consequence}"));
+                }
+            }
+        }
     }
 
     /// <summary>A route template as ASP.NET Core reads it, or null when it cannot.</summary>

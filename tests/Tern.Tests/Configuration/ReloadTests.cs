@@ -81,6 +81,26 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         Assert.Equal("second", await EventuallyAsync(client, "/b/name", "second"));
     }
 
+    /// <summary>
+    /// A route whose Match:Path has a constraint ASP.NET Core's router cannot resolve: YARP took
+    /// it, and the router then failed to build its table at every request, so the reload made every
+    /// request of every route a 500. Refused now, naming the key, and the routes before it serve on.
+    /// </summary>
+    [Fact]
+    public async Task Reload_RouteConstraintTheRouterCannotResolve_IsRejected_AndEveryRouteServesOn()
+    {
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+
+        var broken = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Route("b", "first", "/b/{id:number}").Cluster("first", [_first]);
+        await tern.RewriteConfigAsync(broken.ToJson());
+        await tern.Logs.WaitForAsync("Configuration reload: ReverseProxy:Routes:b:Match:Path: '/b/{id:number}': 'number' in {id:number} is not one of ASP.NET Core's route constraints (alpha, bool,");
+        await tern.Logs.WaitForAsync("Configuration reload rejected (1 problem(s))");
+        Assert.Equal("first", await client.GetStringAsync(new Uri("/a/name", UriKind.Relative)));
+        Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/1", UriKind.Relative))).StatusCode);
+    }
+
     [Fact]
     public async Task Reload_CertificateChange_AppliesToNewHandshakesOnly()
     {

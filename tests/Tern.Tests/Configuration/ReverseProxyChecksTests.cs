@@ -57,6 +57,12 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Routes:r:Match:Path", "/odata/$metadata", null)] // OData's paths are literal
     [InlineData("Routes:r:Match:Path", "/items/{id:regex(^\\d+$)}", null)] // a constraint's regular expression is one
     [InlineData("Routes:r:Match:Path", "/api/{*rest}", null)]
+    // A constraint the router cannot resolve failed every request of every route (500).
+    [InlineData("Routes:r:Match:Path", "/items/{id:number}", "'/items/{id:number}': 'number' in {id:number} is not one of ASP.NET Core's route constraints (alpha, bool, datetime, decimal, double, file, float, guid, int, length, long, max, maxlength, min, minlength, nonfile, range, regex, required); ASP.NET Core's router would answer every request of every route 500")]
+    [InlineData("Routes:r:Match:Path", "/items/{id:length(x)}", "'/items/{id:length(x)}': {id:length(x)} cannot be used: The input string 'x' was not in a correct format. ASP.NET Core's router would answer every request of every route 500")]
+    [InlineData("Routes:r:Match:Path", "/items/{id:regex(()}", "'/items/{id:regex(()}': {id:regex(()} cannot be used: Invalid pattern '(' at offset 1. Not enough )'s.")]
+    [InlineData("Routes:r:Match:Path", "/items/{id:INT:min(1)}/{slug:alpha:length(1,40)}", null)]
+    [InlineData("Routes:r:Match:Path", "/files/{**path:nonfile}", null)]
     // A PathPattern YARP cannot fill sent the route's requests to '/'.
     [InlineData("Routes:r:Transforms:0:PathPattern", "/v2/{**remainder}", "'/v2/{**remainder}' uses {remainder}, which ReverseProxy:Routes:r:Match:Path does not capture (it captures {rest}); YARP would leave it out of the path it sends, or send / where it is required")]
     [InlineData("Routes:r:Transforms:0:pathpattern", "/v2/{**REST}", null)] // any case, as ASP.NET Core's routing
