@@ -76,9 +76,9 @@ internal static partial class ReverseProxyValidator
             {
                 if (header["Name"] is { Length: > 0 } name && !HttpSyntax.IsToken(name))
                 {
-                    // Matched by its absence (NotExists, NotContains), it is absent from every request.
-                    var absent = header["Mode"] is { } mode && mode.StartsWith("Not", StringComparison.OrdinalIgnoreCase);
-                    problems.Add(new($"{header.Path}:Name", $"'{name}' is not a header name ({HttpSyntax.TokenChars}): no request carries it, so the route would match {(absent ? "every request" : "none")}"));
+                    // Matched by its absence (NotExists, NotContains; by name or number, as YARP reads it), it is absent from every request.
+                    var absent = Enum.TryParse<HeaderMatchMode>(header["Mode"], ignoreCase: true, out var mode) && mode is HeaderMatchMode.NotExists or HeaderMatchMode.NotContains;
+                    problems.Add(new($"{header.Path}:Name", $"'{name}' is not a header name ({HttpSyntax.TokenChars}): no request carries it, so the route would match {(absent ? "every request its other matches take" : "none")}"));
                 }
             }
 
@@ -124,7 +124,7 @@ internal static partial class ReverseProxyValidator
 
                 if (destination["Host"] is { Length: > 0 } host && !IsHostHeader(host))
                 {
-                    problems.Add(new($"{destination.Path}:Host", $"'{host}' is not a Host header in ASCII (a name or an address, with a port or none; an international name in punycode, xn--...): .NET's client would refuse it, and every request to the destination fail, or send it as other bytes"));
+                    problems.Add(new($"{destination.Path}:Host", $"'{host}' is not a Host header in ASCII (a name or an address, with a port or none; an international name in punycode, xn--...): .NET's client would refuse it, failing every request to the destination, or send it as other bytes (Latin-1)"));
                 }
             }
 
@@ -402,14 +402,19 @@ internal static partial class ReverseProxyValidator
 
                 try
                 {
-                    if (factory.Create(parameter, reference.Content!) is RegexRouteConstraint regex)
+                    var policy = factory.Create(parameter, reference.Content!);
+                    if ((policy is OptionalRouteConstraint optional ? optional.InnerConstraint : policy) is RegexRouteConstraint regex)
                     {
                         _ = regex.Constraint; // built when first asked for
                     }
                 }
                 catch (Exception ex) when (ex is not OutOfMemoryException)
                 {
-                    problems.Add(new($"{route.Path}:Match:Path", $"'{path}': {{{parameter.Name}:{reference.Content}}} cannot be used: {ex.GetBaseException().Message.Split('\n')[0].Trim()} {Consequence}"));
+                    // A regex is built when the router first tries the route, the others with its table.
+                    var consequence = name.Equals("regex", StringComparison.OrdinalIgnoreCase)
+                        ? "ASP.NET Core's router would answer 500 to each request it tries the route for (to every request of every route where another has a literal segment in its place)"
+                        : Consequence;
+                    problems.Add(new($"{route.Path}:Match:Path", $"'{path}': {{{parameter.Name}:{reference.Content}}} cannot be used: {ex.GetBaseException().Message.Split('\n')[0].Trim()} {consequence}"));
                 }
             }
         }

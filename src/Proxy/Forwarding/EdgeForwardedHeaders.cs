@@ -57,9 +57,11 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         if (!transforms.Any(t => t.ContainsKey("RequestHeaderOriginalHost")))
         {
             context.AddOriginalHost(true); // YARP's own, which keeps YARP from adding its default
-            if (!transforms.Any(SetsHost))
+            // A route that sets its own Host keeps it; one that sets it from a route value keeps
+            // it where the value is there (YARP's transform sets nothing where it is not).
+            if (!transforms.Any(t => SetsHost(t, "RequestHeader")))
             {
-                context.RequestTransforms.Add(DestinationHost.Instance);
+                context.RequestTransforms.Add(transforms.Any(t => SetsHost(t, "RequestHeaderRouteValue")) ? DestinationHost.UnlessSet : DestinationHost.Always);
             }
         }
 
@@ -70,10 +72,9 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         }
     }
 
-    /// <summary>Whether a route's transform sets the Host header (RequestHeader or RequestHeaderRouteValue naming it): the route's Host wins then.</summary>
-    private static bool SetsHost(IReadOnlyDictionary<string, string> transform) =>
-        transform.Any(e => (e.Key.Equals("RequestHeader", StringComparison.OrdinalIgnoreCase) || e.Key.Equals("RequestHeaderRouteValue", StringComparison.OrdinalIgnoreCase))
-            && e.Value.Equals(HeaderNames.Host, StringComparison.OrdinalIgnoreCase));
+    /// <summary>Whether a route's transform of this kind (RequestHeader, RequestHeaderRouteValue) names the Host header.</summary>
+    private static bool SetsHost(IReadOnlyDictionary<string, string> transform, string kind) =>
+        transform.Any(e => e.Key.Equals(kind, StringComparison.OrdinalIgnoreCase) && e.Value.Equals(HeaderNames.Host, StringComparison.OrdinalIgnoreCase));
 
     /// <summary>A client's address as it is written: 127.0.0.1, not ::ffff:127.0.0.1 (the listeners are dual-stack).</summary>
     internal static IPAddress Plain(IPAddress address) => address.IsIPv4MappedToIPv6 ? address.MapToIPv4() : address;
@@ -107,15 +108,25 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     /// upstream got the client's. .NET's client takes it for the upstream's TLS name too (SNI, and
     /// the name its certificate is checked against), as for YARP's own.
     /// </summary>
-    private sealed class DestinationHost : RequestTransform
+    private sealed class DestinationHost(bool unlessSet) : RequestTransform
     {
-        public static readonly DestinationHost Instance = new();
+        public static readonly DestinationHost Always = new(false);
+
+        /// <summary>Where the route sets the Host from a route value: only where it did not (the Host is still the client's, as written).</summary>
+        public static readonly DestinationHost UnlessSet = new(true);
 
         public override ValueTask ApplyAsync(RequestTransformContext context)
         {
-            if (context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config.Host is { Length: > 0 } destination)
+            if (context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config.Host is not { Length: > 0 } destination)
             {
-                context.ProxyRequest.Headers.Host = destination;
+                return ValueTask.CompletedTask;
+            }
+
+            var headers = context.ProxyRequest.Headers;
+            if (!unlessSet || !headers.NonValidated.TryGetValues(HeaderNames.Host, out var current)
+                || string.Equals(current.ToString(), context.HttpContext.Request.Headers.Host.ToString(), StringComparison.Ordinal))
+            {
+                headers.Host = destination;
             }
 
             return ValueTask.CompletedTask;
@@ -237,12 +248,13 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             if ((location.Count == 1 || refresh.Count == 1)
                 && context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config is { } destination)
             {
-                if (location.Count == 1 && Rewritten(location[0]!, destination, clientPrefix, ClientLocation) is { } clientLocation)
+                var scheme = context.HttpContext.Request.Scheme;
+                if (location.Count == 1 && Rewritten(location[0]!, destination, scheme, clientPrefix, ClientLocation) is { } clientLocation)
                 {
                     headers.Location = clientLocation;
                 }
 
-                if (refresh.Count == 1 && Rewritten(refresh[0]!, destination, clientPrefix, ClientRefresh) is { } clientRefresh)
+                if (refresh.Count == 1 && Rewritten(refresh[0]!, destination, scheme, clientPrefix, ClientRefresh) is { } clientRefresh)
                 {
                     headers[Refresh] = clientRefresh;
                 }
@@ -253,11 +265,13 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
 
         /// <summary>
         /// The value made the client's for the destination's address, or, where the destination
-        /// gives its own Host (which its upstream gets), for that name with the address's path over
-        /// http or https (an app that builds its redirects from the Host it got, and perhaps from
-        /// X-Forwarded-Proto); null where it points elsewhere.
+        /// gives its own Host (an app builds its redirects from the Host it got), for that name with
+        /// the address's path: under the client's own scheme, or http for an HTTPS client (an app
+        /// that sees plain HTTP). An https one for a plain-HTTP client (an app sending it to TLS) is
+        /// left alone: made a path, it would send the client back where it was, again and again.
+        /// Null where it points elsewhere.
         /// </summary>
-        private static string? Rewritten(string value, DestinationConfig destination, string clientPrefix, Func<string, string, string, string?> rewrite)
+        private static string? Rewritten(string value, DestinationConfig destination, string scheme, string clientPrefix, Func<string, string, string, string?> rewrite)
         {
             var own = rewrite(value, destination.Address, clientPrefix);
             if (own is not null || destination.Host is not { Length: > 0 } host)
@@ -266,7 +280,8 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             }
 
             var path = Uri.TryCreate(destination.Address, UriKind.Absolute, out var address) ? address.AbsolutePath : "/";
-            return rewrite(value, $"http://{host}{path}", clientPrefix) ?? rewrite(value, $"https://{host}{path}", clientPrefix);
+            return rewrite(value, $"{scheme}://{host}{path}", clientPrefix)
+                ?? (scheme == Uri.UriSchemeHttps ? rewrite(value, $"http://{host}{path}", clientPrefix) : null);
         }
     }
 
@@ -289,7 +304,10 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             return null; // http://10.0.0.5:80801/, another port
         }
 
-        return string.Concat(clientPrefix, rest.TrimStart('/'));
+        // A browser reads a path that starts //, or /\ (and one with a tab or line break, which
+        // it strips), as another host: http://app/\evil.com/x must not become /\evil.com/x.
+        var path = string.Concat(clientPrefix, rest.TrimStart('/'));
+        return path.StartsWith("//", StringComparison.Ordinal) || path.StartsWith("/\\", StringComparison.Ordinal) || path.AsSpan().IndexOfAnyInRange('\0', '\x1f') >= 0 ? null : path;
     }
 
     /// <summary>

@@ -1,4 +1,5 @@
 using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.Primitives;
 
 namespace Tern.Proxy.Forwarding;
 
@@ -11,7 +12,8 @@ namespace Tern.Proxy.Forwarding;
 /// A request without a Host (HTTP/1.0, or an empty <c>Host:</c>) is refused with 400, as nginx
 /// does: .NET's client would send the upstream the destination's own address as its Host (an
 /// internal address, which applications put into the URLs they build), and, for an empty one,
-/// that beside the empty Host: two Hosts, which upstreams and caches read differently.
+/// that beside the empty Host: two Hosts, which upstreams and caches read differently. A Host
+/// whose punycode does not decode is refused with 400 too (see Decodes).
 /// </para>
 /// <para>
 /// TRACE is refused with 405, as nginx does: an upstream that answers it (Apache's default) echoes
@@ -37,9 +39,15 @@ internal static class EdgeRequests
     public static Task InvokeAsync(HttpContext context, RequestDelegate next)
     {
         var request = context.Request;
-        if (!request.Host.HasValue)
+        var host = request.Headers.Host;
+        if (StringValues.IsNullOrEmpty(host))
         {
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "a Host header is required");
+        }
+
+        if (!Decodes(request, host.ToString()))
+        {
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "the Host header's name is not valid punycode (xn--)");
         }
 
         if (HttpMethods.IsTrace(request.Method))
@@ -60,6 +68,30 @@ internal static class EdgeRequests
         // With a route that matches on headers or query parameters, the router's policies run
         // in an async method: the exception comes back as a task already faulted.
         return rest.IsFaulted && rest.Exception.InnerException is { } inner && IsAmbiguity(inner, context) ? AnswerAsync(context, inner) : rest;
+    }
+
+    /// <summary>
+    /// Whether ASP.NET Core can read the Host: Request.Host decodes a punycode label (xn--) and
+    /// throws where it does not decode (xn--zz.example), which the router's host matching, YARP's
+    /// original-Host transform and Tern's own lines all ask for: a 500 with a stack trace that any
+    /// client could cause. Only a Host with such a label is decoded here.
+    /// </summary>
+    private static bool Decodes(HttpRequest request, string host)
+    {
+        if (!host.Contains("xn--", StringComparison.OrdinalIgnoreCase))
+        {
+            return true;
+        }
+
+        try
+        {
+            _ = request.Host.Value;
+            return true;
+        }
+        catch (ArgumentException)
+        {
+            return false;
+        }
     }
 
     private static bool IsAmbiguity(Exception exception, HttpContext context) =>

@@ -60,7 +60,8 @@ public sealed class ReverseProxyChecksTests
     // A constraint the router cannot resolve failed every request of every route (500).
     [InlineData("Routes:r:Match:Path", "/items/{id:number}", "'/items/{id:number}': 'number' in {id:number} is not one of ASP.NET Core's route constraints (alpha, bool, datetime, decimal, double, file, float, guid, int, length, long, max, maxlength, min, minlength, nonfile, range, regex, required); ASP.NET Core's router would answer every request of every route 500")]
     [InlineData("Routes:r:Match:Path", "/items/{id:length(x)}", "'/items/{id:length(x)}': {id:length(x)} cannot be used: The input string 'x' was not in a correct format. ASP.NET Core's router would answer every request of every route 500")]
-    [InlineData("Routes:r:Match:Path", "/items/{id:regex(()}", "'/items/{id:regex(()}': {id:regex(()} cannot be used: Invalid pattern '(' at offset 1. Not enough )'s.")]
+    [InlineData("Routes:r:Match:Path", "/items/{id:regex(()}", "'/items/{id:regex(()}': {id:regex(()} cannot be used: Invalid pattern '(' at offset 1. Not enough )'s. ASP.NET Core's router would answer 500 to each request it tries the route for (to every request of every route where another has a literal segment in its place)")]
+    [InlineData("Routes:r:Match:Path", "/items/{id:regex([a-)?}", "'/items/{id:regex([a-)?}': {id:regex([a-)} cannot be used: Invalid pattern")] // an optional parameter's too
     [InlineData("Routes:r:Match:Path", "/items/{id:INT:min(1)}/{slug:alpha:length(1,40)}", null)]
     [InlineData("Routes:r:Match:Path", "/files/{**path:nonfile}", null)]
     // A PathPattern YARP cannot fill sent the route's requests to '/'.
@@ -83,7 +84,7 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Clusters:c:HealthCheck:Active:Path", "/healthz#x", "'/healthz#x' has a fragment, which YARP 2.1 would send escaped as part of the path (/healthz%23x)")]
     [InlineData("Clusters:c:HealthCheck:Active:Path", "/health%20check", null)]
     // A destination's own Host, which .NET's client refused at every request.
-    [InlineData("Clusters:c:Destinations:d1:Host", "app internal", "'app internal' is not a Host header in ASCII (a name or an address, with a port or none; an international name in punycode, xn--...): .NET's client would refuse it, and every request to the destination fail, or send it as other bytes")]
+    [InlineData("Clusters:c:Destinations:d1:Host", "app internal", "'app internal' is not a Host header in ASCII (a name or an address, with a port or none; an international name in punycode, xn--...): .NET's client would refuse it, failing every request to the destination, or send it as other bytes (Latin-1)")]
     [InlineData("Clusters:c:Destinations:d1:Host", "app.internal:http", "'app.internal:http' is not a Host header")]
     [InlineData("Clusters:c:Destinations:d1:Host", "bücher.example", "'bücher.example' is not a Host header in ASCII")]
     [InlineData("Clusters:c:Destinations:d1:Host", "xn--bcher-kva.example", null)]
@@ -181,7 +182,9 @@ public sealed class ReverseProxyChecksTests
     [InlineData("T:ResponseHeaderRemove=Content-Length", null, null)]
     [InlineData("T:RequestHeader=Host|T:Set=app.internal", null, null)]
     // A header match by its absence, on a name no request carries: the route matched every request.
-    [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=NotExists", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match every request")]
+    [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=NotExists", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match every request its other matches take")]
+    [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=5", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match every request")] // NotExists by number, as YARP reads it
+    [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=Exists", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match none")]
     public void SettingsTogether_AProblemOfTheKeyNamed(string settings, string? key, string? problem)
     {
         static string Full(string key) => key.Replace("A:", $"{Cluster}:SessionAffinity:", StringComparison.Ordinal).Replace("T:", $"{Route}:Transforms:0:", StringComparison.Ordinal).Replace("M:", $"{Route}:Match:", StringComparison.Ordinal);

@@ -71,6 +71,24 @@ public sealed class EdgeRequestsTests : IAsyncLifetime
         Assert.Equal("main", await Send(client));
     }
 
+    /// <summary>
+    /// A Host whose punycode does not decode: ASP.NET Core's Request.Host throws on it, a 500 with
+    /// a stack trace that any client could cause. 400 with the reason; a good one is served.
+    /// </summary>
+    [Theory]
+    [InlineData("xn--zz.example", "400 Bad Request: the Host header's name is not valid punycode (xn--)\n")]
+    [InlineData("XN--.example", "400 Bad Request: the Host header's name is not valid punycode (xn--)\n")]
+    [InlineData("xn--bcher-kva.example", "main")]
+    public async Task HostInPunycodeThatDoesNotDecode_400(string host, string answer)
+    {
+        using var client = _tern.CreateClient(host: host);
+
+        using var response = await client.GetAsync(new Uri("/name", UriKind.Relative));
+
+        Assert.Equal(answer, await response.Content.ReadAsStringAsync());
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("ArgumentException", StringComparison.Ordinal) || l.Contains("fail:", StringComparison.Ordinal));
+    }
+
     [Theory]
     [InlineData("GET /x HTTP/1.1\r\nHost: \r\nConnection: close\r\n\r\n")] // .NET's client sent two Hosts: the destination's and this empty one
     [InlineData("GET /x HTTP/1.1\r\nHost:    \r\nConnection: close\r\n\r\n")]

@@ -51,8 +51,14 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
                 transforms.Add(transform);
             }
 
-            config.Route(id, "named", $"/{id}/{{**rest}}", new JsonObject { ["Transforms"] = transforms });
+            config.Route(id, "named", $"/{id}/{{**rest}}", new JsonObject { ["Transforms"] = transforms, ["Metadata"] = new JsonObject { ["Tern.AllowPlainHttp"] = "true" } });
         }
+
+        // The Host from a route value where there is one (YARP's RequestHeaderRouteValue), the destination's where not.
+        config.Route("named-site", "named", "/named-site/{site?}", new JsonObject
+        {
+            ["Transforms"] = new JsonArray(new JsonObject { ["PathSet"] = "/headers" }, new JsonObject { ["RequestHeaderRouteValue"] = "Host", ["Set"] = "site" }),
+        });
 
         _tern = await TernInstance.StartAsync(config);
     }
@@ -562,6 +568,8 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     [InlineData("/named-set/headers", "route.test")]
     [InlineData("/named-same/headers", null)]
     [InlineData("/named-original/headers", null)]
+    [InlineData("/named-site/site.test", "site.test")]
+    [InlineData("/named-site", "app.internal")] // no route value: nothing set by the route
     public async Task Headers_DestinationWithItsOwnHost_UpstreamGetsIt_UnlessTheRouteSaysOtherwise(string path, string? host)
     {
         using var client = _tern.CreateClient(host: "shop.test");
@@ -593,17 +601,20 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
     /// them made the client's, as those to its address: the internal name does not reach the client.
     /// </summary>
     [Theory]
-    [InlineData("http://app.internal/login", "/named/login")]
-    [InlineData("https://APP.internal/login?next=%2F", "/named/login?next=%2F")] // built from X-Forwarded-Proto, in any case
-    [InlineData("http://app.internal:8080/login", "http://app.internal:8080/login")] // another port: not the destination
-    public async Task Redirect_ToTheDestinationsOwnHost_MadeTheClients(string location, string expected)
+    [InlineData("https", "http://app.internal/login", "/named/login")] // an app that sees plain HTTP
+    [InlineData("https", "https://APP.internal/login?next=%2F", "/named/login?next=%2F")] // built from X-Forwarded-Proto, in any case
+    [InlineData("https", "http://app.internal:8080/login", "http://app.internal:8080/login")] // another port: not the destination
+    [InlineData("http", "http://app.internal/login", "/named/login")]
+    [InlineData("http", "https://app.internal/login", "https://app.internal/login")] // sending a plain-HTTP client to TLS: a path would send it back, again and again
+    [InlineData("https", "https://app.internal/\\evil.com/x", "/named/\\evil.com/x")] // under the prefix, still this site (HeaderDefaultsTests has the route without one)
+    public async Task Redirect_ToTheDestinationsOwnHost_MadeTheClients(string scheme, string location, string expected)
     {
-        using var client = _tern.CreateClient(host: "shop.test");
+        using var client = scheme == "https" ? _tern.CreateClient(host: "shop.test") : _tern.CreatePlainClient(_tern.Config.HttpPort, "shop.test");
 
         using var response = await client.GetAsync(new Uri($"/named/redirect?to={Uri.EscapeDataString(location)}", UriKind.Relative));
 
         Assert.Equal(HttpStatusCode.Found, response.StatusCode);
-        Assert.Equal(expected, response.Headers.Location!.OriginalString);
+        Assert.Equal(expected, Assert.Single(response.Headers.NonValidated["Location"]));
     }
 
     [Fact]
