@@ -71,7 +71,7 @@ internal static partial class ReverseProxyValidator
 
             CheckHosts(route, problems);
 
-            // A header no request can carry: the route would match nothing, without a word.
+            // A header no request can carry: the route matched nothing (or, by its absence, everything), without a word.
             foreach (var header in route.GetSection("Match:Headers").GetChildren())
             {
                 if (header["Name"] is { Length: > 0 } name && !HttpSyntax.IsToken(name))
@@ -131,8 +131,8 @@ internal static partial class ReverseProxyValidator
             // YARP builds each probe's PathString from it, which throws on every probe (logged
             // as a failure to construct the probe) when it does not start with '/'.
             // YARP 2.1 takes it as a path alone, escaping a query or fragment into it:
-            // /healthz?ready=1 probed /healthz%3Fready=1, which failed on every destination and
-            // marked each unhealthy (YARP then sends to all alike: HealthyOrPanic).
+            // /healthz?ready=1 probed /healthz%3Fready=1, which most upstreams answer 404, marking
+            // each destination unhealthy (YARP then sends to all alike: HealthyOrPanic).
             var probePath = cluster["HealthCheck:Active:Path"];
             if (!string.IsNullOrEmpty(probePath) && probePath[0] != '/')
             {
