@@ -47,7 +47,7 @@ internal static class TransformChecks
     /// </summary>
     private static void CheckPathPattern(IConfigurationSection route, Dictionary<string, IConfigurationSection> transform, RoutePattern? match, List<ConfigurationProblem> problems)
     {
-        var entry = Entry(transform, "PathPattern");
+        var entry = transform.GetValueOrDefault("PathPattern");
         if (string.IsNullOrEmpty(entry?.Value) || ReverseProxyValidator.Parse(entry.Value) is not { } used)
         {
             return; // one YARP cannot parse, YARP refuses itself
@@ -74,7 +74,7 @@ internal static class TransformChecks
     {
         foreach (var (key, valued) in s_headerNamed)
         {
-            if (Entry(transform, key) is not { Value: { Length: > 0 } name } entry)
+            if (transform.GetValueOrDefault(key) is not { Value: { Length: > 0 } name } entry)
             {
                 continue; // YARP names an empty one itself
             }
@@ -97,7 +97,7 @@ internal static class TransformChecks
 
             foreach (var value in (string[])["Set", "Append"])
             {
-                if (Entry(transform, value) is not { Value: { } text } given)
+                if (transform.GetValueOrDefault(value) is not { Value: { } text } given)
                 {
                     continue;
                 }
@@ -114,11 +114,9 @@ internal static class TransformChecks
         }
 
         // X-Forwarded's headers are named HeaderPrefix + For, Proto, Host and Prefix.
-        if (Entry(transform, "X-Forwarded") is not null && Entry(transform, "HeaderPrefix") is { Value: { Length: > 0 } prefix } prefixEntry && !HttpSyntax.IsToken(prefix))
+        if (transform.GetValueOrDefault("X-Forwarded") is not null && transform.GetValueOrDefault("HeaderPrefix") is { Value: { Length: > 0 } prefix } prefixEntry && !HttpSyntax.IsToken(prefix))
         {
             problems.Add(new(prefixEntry.Path, $"'{prefix}' makes no header name ({HttpSyntax.TokenChars}): every request of the route would fail"));
         }
     }
-
-    private static IConfigurationSection? Entry(Dictionary<string, IConfigurationSection> transform, string name) => transform.GetValueOrDefault(name);
 }
