@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Text;
 
 namespace Tern.Proxy.Configuration;
 
@@ -41,6 +42,37 @@ internal static class HttpSyntax
     {
         var at = value.AsSpan().IndexOfAnyExceptInRange('\0', '\x7f');
         return at < 0 ? null : value[at];
+    }
+
+    /// <summary>The first percent escape (%XX) in the text, or null.</summary>
+    public static string? FirstEscape(string text)
+    {
+        for (var at = text.IndexOf('%', StringComparison.Ordinal); at >= 0 && at + 2 < text.Length; at = text.IndexOf('%', at + 1))
+        {
+            if (char.IsAsciiHexDigit(text[at + 1]) && char.IsAsciiHexDigit(text[at + 2]))
+            {
+                return text.Substring(at, 3);
+            }
+        }
+
+        return null;
+    }
+
+    /// <summary>
+    /// A path as Kestrel decodes a request's before routing: each escape of a UTF-8 character but
+    /// %2F, which it keeps, as it keeps escapes that make no UTF-8 (%FF).
+    /// </summary>
+    public static string DecodedAsPath(string path)
+    {
+        var decoded = new StringBuilder(path.Length);
+        var rest = path.AsSpan();
+        for (var at = rest.IndexOf("%2F", StringComparison.OrdinalIgnoreCase); at >= 0; at = rest.IndexOf("%2F", StringComparison.OrdinalIgnoreCase))
+        {
+            decoded.Append(Uri.UnescapeDataString(rest[..at])).Append(rest.Slice(at, 3));
+            rest = rest[(at + 3)..];
+        }
+
+        return decoded.Append(Uri.UnescapeDataString(rest)).ToString();
     }
 
     /// <summary>A character as a problem names it: U+000D.</summary>

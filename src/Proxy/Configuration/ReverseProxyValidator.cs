@@ -88,6 +88,12 @@ internal static partial class ReverseProxyValidator
             {
                 CheckPathTemplate(route, path!, pattern, problems);
                 CheckConstraints(route, path!, pattern, problems);
+
+                // The router matches the path as Kestrel decodes it: a literal written with escapes matched no request.
+                if (pattern.PathSegments.SelectMany(s => s.Parts).OfType<RoutePatternLiteralPart>().Any(l => HttpSyntax.DecodedAsPath(l.Content) != l.Content))
+                {
+                    problems.Add(new($"{route.Path}:Match:Path", $"'{path}' is matched against the request's path as Kestrel decodes it (every escape but %2F), so the route would match no request; write '{HttpSyntax.DecodedAsPath(path!)}'"));
+                }
             }
 
             // PathPatterns only against a Match:Path YARP can read: it names one it cannot itself.

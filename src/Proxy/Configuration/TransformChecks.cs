@@ -36,6 +36,97 @@ internal static class TransformChecks
             }
 
             CheckHeaders(entries, problems);
+            CheckPathsAndQueries(entries, problems);
+            CheckMethod(entries, problems);
+        }
+    }
+
+    /// <summary>The transforms whose value YARP escapes into the path or query it sends.</summary>
+    private static readonly string[] s_escapedByYarp = ["PathSet", "PathPrefix", "PathPattern", "QueryValueParameter", "QueryRouteParameter"];
+
+    /// <summary>
+    /// Paths and query names and values as YARP reads them: as text, which it escapes itself. One
+    /// written with escapes reached the upstream escaped twice (/caf%C3%A9 as /caf%25C3%25A9), and
+    /// a '?' or '#' in a path escaped inside it (/search?q=1 as /search%3Fq=1). A prefix to remove,
+    /// and a query name to remove, are compared with the request's decoded path and query, so one
+    /// written with escapes (but %2F in a path, which Kestrel keeps) was never removed; and a prefix
+    /// that ends with '/' only from that path itself: YARP removes one where a segment ends.
+    /// </summary>
+    private static void CheckPathsAndQueries(Dictionary<string, IConfigurationSection> transform, List<ConfigurationProblem> problems)
+    {
+        foreach (var key in s_escapedByYarp)
+        {
+            if (transform.GetValueOrDefault(key) is not { Value: { Length: > 0 } text } entry)
+            {
+                continue;
+            }
+
+            // YARP refuses a PathPattern with a '?' itself.
+            if (key.StartsWith("Path", StringComparison.Ordinal) && text.IndexOfAny(key == "PathPattern" ? ['#'] : ['?', '#']) is >= 0 and var at)
+            {
+                problems.Add(new(entry.Path, $"'{text}' holds '{text[at]}', which YARP would send escaped inside the path (%{(int)text[at]:X2}), not as {(text[at] == '?' ? "the start of a query; set query values with QueryValueParameter" : "a fragment, which upstreams never get")}"));
+            }
+            else if (TwiceEscaped(text) is { } twice)
+            {
+                problems.Add(new(entry.Path, twice));
+            }
+        }
+
+        // QueryValueParameter's Set is the value; QueryRouteParameter's names a route value.
+        if (transform.GetValueOrDefault("QueryValueParameter") is not null && transform.GetValueOrDefault("Set") is { Value: { Length: > 0 } value } set && TwiceEscaped(value) is { } problem)
+        {
+            problems.Add(new(set.Path, problem));
+        }
+
+        if (transform.GetValueOrDefault("PathRemovePrefix") is { Value: { Length: > 0 } prefix } remove)
+        {
+            if (prefix.EndsWith('/'))
+            {
+                problems.Add(new(remove.Path, prefix == "/"
+                    ? "'/' removes nothing: YARP removes a prefix only where a segment ends; remove the transform"
+                    : $"'{prefix}' ends with '/': YARP removes a prefix only where a segment ends, so it would be removed from the path '{prefix}' alone, never from '{prefix}...'; write '{prefix.TrimEnd('/')}'"));
+            }
+            else if (HttpSyntax.DecodedAsPath(prefix) is var decoded && decoded != prefix)
+            {
+                problems.Add(new(remove.Path, $"'{prefix}' is compared with the request's path as Kestrel decodes it (every escape but %2F), so it would never be removed; write '{decoded}'"));
+            }
+        }
+
+        if (transform.GetValueOrDefault("QueryRemoveParameter") is { Value: { Length: > 0 } name } removeName && HttpSyntax.FirstEscape(name) is not null && Uri.UnescapeDataString(name) is var plain && plain != name)
+        {
+            problems.Add(new(removeName.Path, $"'{name}' is compared with the request's decoded query names, so it would never be removed; write '{plain}'"));
+        }
+    }
+
+    /// <summary>The problem of a value YARP escapes, written with escapes of its own, or null.</summary>
+    private static string? TwiceEscaped(string text)
+    {
+        if (HttpSyntax.FirstEscape(text) is not { } escape)
+        {
+            return null;
+        }
+
+        var plain = Uri.UnescapeDataString(text);
+        var instead = HttpSyntax.FirstEscape(plain) is null && !text.Contains("%2F", StringComparison.OrdinalIgnoreCase)
+            ? $"; write the characters themselves ('{plain}')"
+            : "";
+        return $"'{text}' is written with escapes, but YARP escapes the value itself: '{escape}' would reach the upstream as '%25{escape[1..]}'{instead}";
+    }
+
+    /// <summary>
+    /// A method a route may not change a request to: .NET's client takes CONNECT for a tunnel (it
+    /// sent CONNECT host:port, and the client got the answer's raw bytes, chunk sizes and all, until
+    /// Tern's shutdown cut it), and Tern answers a client's TRACE 405 (it echoes the request,
+    /// cookies and credentials with it, to whoever sent it).
+    /// </summary>
+    private static void CheckMethod(Dictionary<string, IConfigurationSection> transform, List<ConfigurationProblem> problems)
+    {
+        if (transform.GetValueOrDefault("HttpMethodChange") is not null && transform.GetValueOrDefault("Set") is { Value: { } method } set
+            && (method.Equals("CONNECT", StringComparison.OrdinalIgnoreCase) || method.Equals("TRACE", StringComparison.OrdinalIgnoreCase)))
+        {
+            problems.Add(new(set.Path, method.Equals("CONNECT", StringComparison.OrdinalIgnoreCase)
+                ? $"'{method}' would make .NET's client ask the upstream for a tunnel (CONNECT host:port, the path left out) instead of sending the request, and pass the client the raw bytes of its answer, framing and all, until one side closed"
+                : $"'{method}' echoes the request, its cookies and credentials with it, back to the client (cross-site tracing), which is why Tern answers a client's TRACE 405"));
         }
     }
 

@@ -64,6 +64,13 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Routes:r:Match:Path", "/items/{id:regex([a-)?}", "'/items/{id:regex([a-)?}': {id:regex([a-)} cannot be used: Invalid pattern")] // an optional parameter's too
     [InlineData("Routes:r:Match:Path", "/items/{id:INT:min(1)}/{slug:alpha:length(1,40)}", null)]
     [InlineData("Routes:r:Match:Path", "/files/{**path:nonfile}", null)]
+    // The router matches the decoded path: a literal written with escapes (but %2F, which Kestrel keeps) matched no request.
+    [InlineData("Routes:r:Match:Path", "/caf%C3%A9/{**rest}", "'/caf%C3%A9/{**rest}' is matched against the request's path as Kestrel decodes it (every escape but %2F), so the route would match no request; write '/café/{**rest}'")]
+    [InlineData("Routes:r:Match:Path", "/files/my%20doc", "'/files/my%20doc' is matched against the request's path as Kestrel decodes it (every escape but %2F), so the route would match no request; write '/files/my doc'")]
+    [InlineData("Routes:r:Match:Path", "/npm/@scope%2Fname/{**rest}", null)] // matched as the client wrote it
+    [InlineData("Routes:r:Match:Path", "/odd/%FF", null)] // no UTF-8: Kestrel keeps it escaped
+    [InlineData("Routes:r:Match:Path", "/discount/100%", null)] // no escape
+    [InlineData("Routes:r:Match:Path", "/café/{**rest}", null)]
     // A PathPattern YARP cannot fill sent the route's requests to '/'.
     [InlineData("Routes:r:Transforms:0:PathPattern", "/v2/{**remainder}", "'/v2/{**remainder}' uses {remainder}, which ReverseProxy:Routes:r:Match:Path does not capture (it captures {rest}); YARP would leave it out of the path it sends, or send / where it is required")]
     [InlineData("Routes:r:Transforms:0:pathpattern", "/v2/{**REST}", null)] // any case, as ASP.NET Core's routing
@@ -181,6 +188,32 @@ public sealed class ReverseProxyChecksTests
     [InlineData("T:RequestHeader=transfer-encoding|T:Set=chunked", "T:RequestHeader", "'transfer-encoding' frames the message")]
     [InlineData("T:ResponseHeaderRemove=Content-Length", null, null)]
     [InlineData("T:RequestHeader=Host|T:Set=app.internal", null, null)]
+    // Paths and query names and values YARP escapes itself: written with escapes, they went escaped twice; a '?' or '#' went escaped into the path.
+    [InlineData("T:PathSet=/search?q=1", "T:PathSet", "'/search?q=1' holds '?', which YARP would send escaped inside the path (%3F), not as the start of a query; set query values with QueryValueParameter")]
+    [InlineData("T:PathPrefix=/v2#top", "T:PathPrefix", "'/v2#top' holds '#', which YARP would send escaped inside the path (%23), not as a fragment, which upstreams never get")]
+    [InlineData("T:PathPattern=/v2#x/{**rest}", "T:PathPattern", "'/v2#x/{**rest}' holds '#'")]
+    [InlineData("T:PathSet=/caf%C3%A9", "T:PathSet", "'/caf%C3%A9' is written with escapes, but YARP escapes the value itself: '%C3' would reach the upstream as '%25C3'; write the characters themselves ('/café')")]
+    [InlineData("T:PathPrefix=/npm/@scope%2fname", "T:PathPrefix", "'/npm/@scope%2fname' is written with escapes, but YARP escapes the value itself: '%2f' would reach the upstream as '%252f'")] // no way to send an escaped slash
+    [InlineData("T:PathPattern=/my%20docs/{**rest}", "T:PathPattern", "'/my%20docs/{**rest}' is written with escapes, but YARP escapes the value itself: '%20' would reach the upstream as '%2520'; write the characters themselves ('/my docs/{**rest}')")]
+    [InlineData("T:QueryValueParameter=tags%5B%5D|T:Set=1", "T:QueryValueParameter", "'tags%5B%5D' is written with escapes, but YARP escapes the value itself: '%5B' would reach the upstream as '%255B'; write the characters themselves ('tags[]')")]
+    [InlineData("T:QueryValueParameter=q|T:Set=a%20b", "T:Set", "'a%20b' is written with escapes, but YARP escapes the value itself: '%20' would reach the upstream as '%2520'; write the characters themselves ('a b')")]
+    [InlineData("T:QueryRouteParameter=q%20x|T:Set=rest", "T:QueryRouteParameter", "'q%20x' is written with escapes")]
+    [InlineData("T:PathSet=/café/a b", null, null)]
+    [InlineData("T:PathPrefix=/100%", null, null)] // no escape
+    [InlineData("T:QueryValueParameter=q|T:Set=a&b=c#d", null, null)] // a value: YARP escapes it whole
+    [InlineData("T:QueryRouteParameter=q|T:Set=%20", null, null)] // Set names a route value here
+    // A prefix or query name to remove, compared with the decoded path or query (but %2F), or ending where no segment does: never removed.
+    [InlineData("T:PathRemovePrefix=/api/", "T:PathRemovePrefix", "'/api/' ends with '/': YARP removes a prefix only where a segment ends, so it would be removed from the path '/api/' alone, never from '/api/...'; write '/api'")]
+    [InlineData("T:PathRemovePrefix=/", "T:PathRemovePrefix", "'/' removes nothing: YARP removes a prefix only where a segment ends; remove the transform")]
+    [InlineData("T:PathRemovePrefix=/api%20v2", "T:PathRemovePrefix", "'/api%20v2' is compared with the request's path as Kestrel decodes it (every escape but %2F), so it would never be removed; write '/api v2'")]
+    [InlineData("T:QueryRemoveParameter=utm%5Fsource", "T:QueryRemoveParameter", "'utm%5Fsource' is compared with the request's decoded query names, so it would never be removed; write 'utm_source'")]
+    [InlineData("T:PathRemovePrefix=/api", null, null)]
+    [InlineData("T:PathRemovePrefix=/npm/@scope%2Fname", null, null)] // Kestrel keeps %2F, so it is compared as written
+    [InlineData("T:QueryRemoveParameter=utm_source", null, null)]
+    // A method .NET's client takes for a tunnel, or one Tern refuses from clients.
+    [InlineData("T:HttpMethodChange=GET|T:Set=connect", "T:Set", "'connect' would make .NET's client ask the upstream for a tunnel (CONNECT host:port, the path left out) instead of sending the request, and pass the client the raw bytes of its answer, framing and all, until one side closed")]
+    [InlineData("T:HttpMethodChange=GET|T:Set=TRACE", "T:Set", "'TRACE' echoes the request, its cookies and credentials with it, back to the client (cross-site tracing), which is why Tern answers a client's TRACE 405")]
+    [InlineData("T:HttpMethodChange=GET|T:Set=POST", null, null)]
     // A header match by its absence, on a name no request carries: the route matched every request.
     [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=NotExists", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match every request its other matches take")]
     [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=5", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match every request")] // NotExists by number, as YARP reads it
