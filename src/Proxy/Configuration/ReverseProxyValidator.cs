@@ -178,6 +178,7 @@ internal static partial class ReverseProxyValidator
                     : $"'{activity}' is negative: YARP would fail every request of the cluster (500); for long-lived requests give a long one, such as 1.00:00:00"));
             }
 
+            CheckHttp3(cluster, destinations, problems);
             CheckAffinity(cluster.GetSection("SessionAffinity"), problems);
 
             // YARP's HashCookie policy needs System.IO.Hashing, which this build cannot ship (see
@@ -192,6 +193,34 @@ internal static partial class ReverseProxyValidator
             {
                 problems.Add(new($"{cluster.Path}:SessionAffinity:Policy", "is required: YARP's default, HashCookie, is not supported by Tern; set Cookie or ArrCookie"));
             }
+        }
+    }
+
+    /// <summary>
+    /// HTTP/3 required of the upstream (HttpRequest:Version 3, VersionPolicy RequestVersionExact or
+    /// RequestVersionOrHigher): .NET's client speaks it over TLS only, and only where QUIC can be
+    /// had (libmsquic installed); where it could not, every request of the cluster failed (502),
+    /// blamed on the upstream.
+    /// </summary>
+    private static void CheckHttp3(IConfigurationSection cluster, List<IConfigurationSection> destinations, List<ConfigurationProblem> problems)
+    {
+        var version = cluster["HttpRequest:Version"];
+        // YARP reads "3" as 3.0.
+        if (!Version.TryParse(version?.Contains('.', StringComparison.Ordinal) == false ? version + ".0" : version, out var asks) || asks != new Version(3, 0)
+            || !Enum.TryParse<HttpVersionPolicy>(cluster["HttpRequest:VersionPolicy"], ignoreCase: true, out var policy) || policy == HttpVersionPolicy.RequestVersionOrLower)
+        {
+            return;
+        }
+
+        var asked = $"'{version}' with VersionPolicy {policy} asks for HTTP/3";
+        const string Instead = "every request to it would fail (502); give VersionPolicy RequestVersionOrLower to take HTTP/3 where it can be had";
+        if (destinations.FirstOrDefault(d => d["Address"]?.StartsWith("http://", StringComparison.OrdinalIgnoreCase) == true) is { } plain)
+        {
+            problems.Add(new($"{cluster.Path}:HttpRequest:Version", $"{asked}, which runs over TLS only, and destination '{plain.Key}' is http://: {Instead}"));
+        }
+        else if (!(OperatingSystem.IsLinux() && System.Net.Quic.QuicConnection.IsSupported))
+        {
+            problems.Add(new($"{cluster.Path}:HttpRequest:Version", $"{asked}, which .NET cannot speak on this system (its QUIC needs libmsquic, which it could not load); {Instead.Replace("to it", "of the cluster", StringComparison.Ordinal)}"));
         }
     }
 

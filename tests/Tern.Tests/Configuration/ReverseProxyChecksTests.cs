@@ -106,6 +106,8 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "-00:00:00.001", null)] // .NET's "none" (Timeout.InfiniteTimeSpan), as YARP takes it
     [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "00:00:00.001", null)]
     [InlineData("Clusters:c:HttpRequest:ActivityTimeout", "1.00:00:00", null)]
+    // HTTP/3 required where .NET's client cannot have it failed every request (502).
+    [InlineData("Clusters:c:HttpRequest:Version", "3", null)] // RequestVersionOrLower, YARP's default: HTTP/3 where it can be had
     public void Value_AProblemOfItsKey_OnlyWhereYarpCannotServeIt(string key, string value, string? problem)
     {
         var values = Base();
@@ -214,6 +216,10 @@ public sealed class ReverseProxyChecksTests
     [InlineData("T:HttpMethodChange=GET|T:Set=connect", "T:Set", "'connect' would make .NET's client ask the upstream for a tunnel (CONNECT host:port, the path left out) instead of sending the request, and pass the client the raw bytes of its answer, framing and all, until one side closed")]
     [InlineData("T:HttpMethodChange=GET|T:Set=TRACE", "T:Set", "'TRACE' echoes the request, its cookies and credentials with it, back to the client (cross-site tracing), which is why Tern answers a client's TRACE 405")]
     [InlineData("T:HttpMethodChange=GET|T:Set=POST", null, null)]
+    // HTTP/3 required where .NET's client cannot have it.
+    [InlineData("ReverseProxy:Clusters:c:HttpRequest:Version=3|ReverseProxy:Clusters:c:HttpRequest:VersionPolicy=RequestVersionExact", "ReverseProxy:Clusters:c:HttpRequest:Version", "'3' with VersionPolicy RequestVersionExact asks for HTTP/3, which runs over TLS only, and destination 'd1' is http://: every request to it would fail (502); give VersionPolicy RequestVersionOrLower to take HTTP/3 where it can be had")]
+    [InlineData("ReverseProxy:Clusters:c:HttpRequest:Version=3.0|ReverseProxy:Clusters:c:HttpRequest:VersionPolicy=1", "ReverseProxy:Clusters:c:HttpRequest:Version", "'3.0' with VersionPolicy RequestVersionOrHigher asks for HTTP/3, which runs over TLS only")] // by number, as YARP reads it
+    [InlineData("ReverseProxy:Clusters:c:HttpRequest:Version=2|ReverseProxy:Clusters:c:HttpRequest:VersionPolicy=RequestVersionExact", null, null)] // HTTP/2 without TLS (prior knowledge)
     // A header match by its absence, on a name no request carries: the route matched every request.
     [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=NotExists", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match every request its other matches take")]
     [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=5", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match every request")] // NotExists by number, as YARP reads it
@@ -240,6 +246,28 @@ public sealed class ReverseProxyChecksTests
             var found = Assert.Single(problems);
             Assert.Equal(Full(key!), found.Key);
             Assert.StartsWith(problem, found.Message, StringComparison.Ordinal);
+        }
+    }
+
+    [Fact]
+    public void Http3RequiredOverTls_RefusedOnlyWhereDotNetCannotSpeakIt()
+    {
+        var values = Base();
+        values[$"{Cluster}:Destinations:d1:Address"] = "https://127.0.0.1:1/";
+        values[$"{Cluster}:HttpRequest:Version"] = "3.0";
+        values[$"{Cluster}:HttpRequest:VersionPolicy"] = "RequestVersionExact";
+
+        Load(values, out var problems);
+
+        if (OperatingSystem.IsLinux() && System.Net.Quic.QuicConnection.IsSupported)
+        {
+            Assert.Empty(problems);
+        }
+        else
+        {
+            var found = Assert.Single(problems);
+            Assert.Equal($"{Cluster}:HttpRequest:Version", found.Key);
+            Assert.Equal("'3.0' with VersionPolicy RequestVersionExact asks for HTTP/3, which .NET cannot speak on this system (its QUIC needs libmsquic, which it could not load); every request of the cluster would fail (502); give VersionPolicy RequestVersionOrLower to take HTTP/3 where it can be had", found.Message);
         }
     }
 
