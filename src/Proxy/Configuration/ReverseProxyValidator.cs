@@ -82,6 +82,8 @@ internal static partial class ReverseProxyValidator
                 }
             }
 
+            CheckQueryMatches(route, problems);
+
             var path = route["Match:Path"];
             var pattern = string.IsNullOrEmpty(path) ? null : Parse(path);
             if (pattern is not null)
@@ -371,6 +373,8 @@ internal static partial class ReverseProxyValidator
             var parts = host.Split(':');
             var problem = parts switch
             {
+                _ when host.Contains("://", StringComparison.Ordinal) => $"a URL, not a host: write the host alone ({host[(host.IndexOf("://", StringComparison.Ordinal) + 3)..].Split('/')[0]}), and a path in Match:Path",
+                _ when host.Contains('/', StringComparison.Ordinal) => "holds a '/', which no Host header does, so the route would match no request: write the host alone, and a path in Match:Path",
                 _ when host.Contains('[', StringComparison.Ordinal) || parts.Length > 2 => "ASP.NET Core's host matching cannot match an IPv6 address, nor a host in brackets or with more than one ':'; leave Hosts out for a route served by address",
                 [""] or ["", _] => "names no host: give a name (example.com, *.example.com) or *",
                 [_, "*"] => null,
@@ -382,6 +386,33 @@ internal static partial class ReverseProxyValidator
                 problems.Add(new(entry.Path, $"'{host}': {problem}"));
             }
         }
+    }
+
+    /// <summary>
+    /// Match:QueryParameters are compared with the request's decoded query (ASP.NET Core's
+    /// Request.Query): a name or value written with escapes (a%20b) was carried by no request, so
+    /// the route matched none, or with NotContains every request its other matches take.
+    /// </summary>
+    private static void CheckQueryMatches(IConfigurationSection route, List<ConfigurationProblem> problems)
+    {
+        foreach (var match in route.GetSection("Match:QueryParameters").GetChildren())
+        {
+            var notContains = Enum.TryParse<QueryParameterMatchMode>(match["Mode"], ignoreCase: true, out var mode) && mode == QueryParameterMatchMode.NotContains;
+            if (match["Name"] is { Length: > 0 } name && Decoded(name) is { } plainName)
+            {
+                problems.Add(new($"{match.Path}:Name", $"'{name}' is compared with the request's decoded query names, so no request carries it, and the route would match {(notContains ? "every request its other matches take" : "none")}; write '{plainName}'"));
+            }
+
+            foreach (var value in match.GetSection("Values").GetChildren())
+            {
+                if (value.Value is { Length: > 0 } text && Decoded(text) is { } plainValue)
+                {
+                    problems.Add(new(value.Path, $"'{text}' is compared with the request's decoded query values, so it would never match{(notContains ? " (NotContains: every request that has the parameter would)" : "")}; write '{plainValue}'"));
+                }
+            }
+        }
+
+        static string? Decoded(string text) => Uri.UnescapeDataString(text) is var plain && plain != text ? plain : null;
     }
 
     /// <summary>

@@ -92,7 +92,7 @@ internal static class TransformChecks
             }
         }
 
-        if (transform.GetValueOrDefault("QueryRemoveParameter") is { Value: { Length: > 0 } name } removeName && HttpSyntax.FirstEscape(name) is not null && Uri.UnescapeDataString(name) is var plain && plain != name)
+        if (transform.GetValueOrDefault("QueryRemoveParameter") is { Value: { Length: > 0 } name } removeName && Uri.UnescapeDataString(name) is var plain && plain != name)
         {
             problems.Add(new(removeName.Path, $"'{name}' is compared with the request's decoded query names, so it would never be removed; write '{plain}'"));
         }

@@ -39,6 +39,9 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Routes:r:Match:Hosts:0", "example.com:70000", "'example.com:70000': '70000' is not a port")] // never matched
     [InlineData("Routes:r:Match:Hosts:0", "[v]", "'[v]': ASP.NET Core's host matching cannot match an IPv6 address, nor a host in brackets")] // read as a name no request carries
     [InlineData("Routes:r:Match:Hosts:0", "example.com", null)]
+    // A URL or a path where a host goes: no request's Host has a '/'.
+    [InlineData("Routes:r:Match:Hosts:0", "https://example.com/app", "'https://example.com/app': a URL, not a host: write the host alone (example.com), and a path in Match:Path")]
+    [InlineData("Routes:r:Match:Hosts:0", "example.com/app", "'example.com/app': holds a '/', which no Host header does, so the route would match no request: write the host alone, and a path in Match:Path")]
     // A header match no request can carry.
     [InlineData("Routes:r:Match:Headers:0:Name", "X Tenant", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match none")]
     [InlineData("Routes:r:Match:Headers:0:Name", "X-Tenant:", "'X-Tenant:' is not a header name")]
@@ -220,6 +223,13 @@ public sealed class ReverseProxyChecksTests
     [InlineData("ReverseProxy:Clusters:c:HttpRequest:Version=3|ReverseProxy:Clusters:c:HttpRequest:VersionPolicy=RequestVersionExact", "ReverseProxy:Clusters:c:HttpRequest:Version", "'3' with VersionPolicy RequestVersionExact asks for HTTP/3, which runs over TLS only, and destination 'd1' is http://: every request to it would fail (502); give VersionPolicy RequestVersionOrLower to take HTTP/3 where it can be had")]
     [InlineData("ReverseProxy:Clusters:c:HttpRequest:Version=3.0|ReverseProxy:Clusters:c:HttpRequest:VersionPolicy=1", "ReverseProxy:Clusters:c:HttpRequest:Version", "'3.0' with VersionPolicy RequestVersionOrHigher asks for HTTP/3, which runs over TLS only")] // by number, as YARP reads it
     [InlineData("ReverseProxy:Clusters:c:HttpRequest:Version=2|ReverseProxy:Clusters:c:HttpRequest:VersionPolicy=RequestVersionExact", null, null)] // HTTP/2 without TLS (prior knowledge)
+    // A query match, compared with the decoded query: written with escapes, carried by no request.
+    [InlineData("M:QueryParameters:0:Name=utm%5Fsource|M:QueryParameters:0:Mode=Exists", "M:QueryParameters:0:Name", "'utm%5Fsource' is compared with the request's decoded query names, so no request carries it, and the route would match none; write 'utm_source'")]
+    [InlineData("M:QueryParameters:0:Name=debug%20mode|M:QueryParameters:0:Mode=NotContains|M:QueryParameters:0:Values:0=on", "M:QueryParameters:0:Name", "'debug%20mode' is compared with the request's decoded query names, so no request carries it, and the route would match every request its other matches take; write 'debug mode'")]
+    [InlineData("M:QueryParameters:0:Name=q|M:QueryParameters:0:Values:0=a%20b", "M:QueryParameters:0:Values:0", "'a%20b' is compared with the request's decoded query values, so it would never match; write 'a b'")]
+    [InlineData("M:QueryParameters:0:Name=q|M:QueryParameters:0:Mode=notcontains|M:QueryParameters:0:Values:0=a%2Fb", "M:QueryParameters:0:Values:0", "'a%2Fb' is compared with the request's decoded query values, so it would never match (NotContains: every request that has the parameter would); write 'a/b'")]
+    [InlineData("M:QueryParameters:0:Name=utm_source|M:QueryParameters:0:Mode=Exists", null, null)]
+    [InlineData("M:QueryParameters:0:Name=q|M:QueryParameters:0:Values:0=100%", null, null)] // no escape
     // A header match by its absence, on a name no request carries: the route matched every request.
     [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=NotExists", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match every request its other matches take")]
     [InlineData("M:Headers:0:Name=X Tenant|M:Headers:0:Mode=5", "M:Headers:0:Name", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match every request")] // NotExists by number, as YARP reads it
