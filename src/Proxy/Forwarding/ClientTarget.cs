@@ -6,8 +6,9 @@ namespace Tern.Proxy.Forwarding;
 
 /// <summary>
 /// The upstream gets the request's path and query as the client wrote them, as through nginx,
-/// on routes that do not rewrite the path or query, or only remove a prefix from the path
-/// (PathRemovePrefix: /npm/@scope%2Fname reaches the upstream as /@scope%2Fname).
+/// on routes that do not rewrite the path, or only remove a prefix from it (PathRemovePrefix:
+/// /npm/@scope%2Fname reaches the upstream as /@scope%2Fname). A route's Query* transforms still
+/// apply: its path goes as written, with the query they leave.
 /// </summary>
 /// <remarks>
 /// <para>
@@ -30,7 +31,7 @@ namespace Tern.Proxy.Forwarding;
 /// a '/', a '?' or nothing; a prefix written with escapes (<c>/n%70m</c>) leaves YARP's target.
 /// </para>
 /// </remarks>
-internal sealed class ClientTarget(string removedPrefix) : RequestTransform
+internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : RequestTransform
 {
     // RFC 3986: unreserved, reserved (gen-delims without '#', sub-delims) and '%'.
     private static readonly SearchValues<char> s_uriChars =
@@ -54,10 +55,10 @@ internal sealed class ClientTarget(string removedPrefix) : RequestTransform
         return keeps;
     }
 
-    /// <summary>The transform for a route, or null where it rewrites the path otherwise, or the query (YARP's Query* transforms).</summary>
+    /// <summary>The transform for a route, or null where it rewrites the path otherwise.</summary>
     public static ClientTarget? For(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
-        KeepsPath(transforms, out var removedPrefix) && !transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase)))
-            ? new ClientTarget(removedPrefix)
+        KeepsPath(transforms, out var removedPrefix)
+            ? new ClientTarget(removedPrefix, transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase))))
             : null;
 
     public override ValueTask ApplyAsync(RequestTransformContext context)
@@ -70,6 +71,13 @@ internal sealed class ClientTarget(string removedPrefix) : RequestTransform
             if (prefix.EndsWith('/'))
             {
                 prefix = prefix[..^1];
+            }
+
+            if (queryRewritten)
+            {
+                // The query as the route's Query* transforms left it (YARP's, escaped anew where they changed it).
+                var end = rest.IndexOf('?', StringComparison.Ordinal);
+                rest = string.Concat(end < 0 ? rest : rest[..end], context.Query.QueryString.ToUriComponent());
             }
 
             context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, rest.Length == 0 || rest[0] == '?' ? "/" : "", rest), in s_asWritten);

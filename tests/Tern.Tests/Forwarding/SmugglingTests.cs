@@ -34,7 +34,9 @@ public sealed class SmugglingTests : IAsyncLifetime
             .Route("all", "app", "{**catch-all}").Cluster("app", [_upstream.Address])
             .Route("responses", "responses", "/r/{**rest}").Cluster("responses", [_responder.Address])
             .Route("stripped", "app", "/strip/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/strip" }) })
-            .Route("set", "app", "/set/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathSet"] = "/fixed" }) }));
+            .Route("set", "app", "/set/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathSet"] = "/fixed" }) })
+            .Route("query", "app", "/query/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["QueryValueParameter"] = "added", ["Set"] = "a b" }) })
+            .Route("strippedquery", "app", "/stripq/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/stripq" }, new JsonObject { ["QueryRemoveParameter"] = "drop" }) }));
     }
 
     public async Task DisposeAsync()
@@ -264,7 +266,8 @@ public sealed class SmugglingTests : IAsyncLifetime
     /// nginx: before, <c>%2F</c> arrived as <c>%252F</c> and <c>%3B</c> as <c>;</c>. Where Kestrel
     /// resolved dot segments before routing, or the target holds what a URI may not, the upstream
     /// gets the path Tern routed on, as YARP writes it; so does a route that rewrites the path other
-    /// than by removing a prefix.
+    /// than by removing a prefix. A route's Query* transforms change the query alone (before, such a
+    /// route sent YARP's path: <c>%2F</c> as <c>%252F</c>).
     /// </summary>
     [Theory]
     [InlineData("/a%2Fb", "/a%2Fb")]
@@ -280,6 +283,10 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("/strip?x=%2F", "/?x=%2F")]
     [InlineData("/str%69p/a%2Fb", "/a%252Fb")] // the prefix written with escapes: YARP's target
     [InlineData("/set/a%2Fb", "/fixed")] // a route that rewrites the path otherwise: YARP's target
+    [InlineData("/query/a%2Fb%3Bc?x=%2F", "/query/a%2Fb%3Bc?x=%2F&added=a%20b")] // a route's Query* transforms: the path as written, the query as they leave it
+    [InlineData("/stripq/a%2Fb?drop=1&keep=%2F", "/a%2Fb?keep=%2F")]
+    [InlineData("/stripq/a%2Fb", "/a%2Fb")]
+    [InlineData("/query/a/%2e%2e/b%2F", "/query/b%252F?added=a%20b")] // a dot segment: Kestrel's path, escaped by YARP
     public async Task Request_Target_ReachesTheUpstreamAsTheClientWroteIt(string target, string forwarded)
     {
         foreach (var http2 in new[] { false, true })
