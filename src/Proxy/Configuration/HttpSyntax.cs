@@ -75,6 +75,16 @@ internal static class HttpSyntax
         return decoded.Append(Uri.UnescapeDataString(rest)).ToString();
     }
 
+    /// <summary>
+    /// What to write for a path written with escapes, given it decoded: that, or, where no
+    /// request's path decodes to it (Kestrel refuses a NUL and resolves dot segments before
+    /// routing), that none can.
+    /// </summary>
+    public static string WriteDecoded(string decoded) =>
+        decoded.Contains('\0', StringComparison.Ordinal) || decoded.Split('/').Any(s => s is "." or "..")
+            ? "and no request's path decodes to it (Kestrel refuses a NUL, and resolves dot segments before routing): remove it"
+            : $"write '{decoded}'";
+
     /// <summary>A character as a problem names it: U+000D.</summary>
     public static string Name(char c) => $"U+{(int)c:X4}";
 }

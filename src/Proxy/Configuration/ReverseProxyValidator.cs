@@ -94,7 +94,7 @@ internal static partial class ReverseProxyValidator
                 // The router matches the path as Kestrel decodes it: a literal written with escapes matched no request.
                 if (pattern.PathSegments.SelectMany(s => s.Parts).OfType<RoutePatternLiteralPart>().Any(l => HttpSyntax.DecodedAsPath(l.Content) != l.Content))
                 {
-                    problems.Add(new($"{route.Path}:Match:Path", $"'{path}' is matched against the request's path as Kestrel decodes it (every escape but %2F), so the route would match no request; write '{HttpSyntax.DecodedAsPath(path!)}'"));
+                    problems.Add(new($"{route.Path}:Match:Path", $"'{path}' is matched against the request's path as Kestrel decodes it (every escape but %2F), so the route would match no request; {HttpSyntax.WriteDecoded(HttpSyntax.DecodedAsPath(path!))}"));
                 }
             }
 
@@ -215,14 +215,13 @@ internal static partial class ReverseProxyValidator
         }
 
         var asked = $"'{version}' with VersionPolicy {policy} asks for HTTP/3";
-        const string Instead = "every request to it would fail (502); give VersionPolicy RequestVersionOrLower to take HTTP/3 where it can be had";
         if (destinations.FirstOrDefault(d => d["Address"]?.StartsWith("http://", StringComparison.OrdinalIgnoreCase) == true) is { } plain)
         {
-            problems.Add(new($"{cluster.Path}:HttpRequest:Version", $"{asked}, which runs over TLS only, and destination '{plain.Key}' is http://: {Instead}"));
+            problems.Add(new($"{cluster.Path}:HttpRequest:Version", $"{asked}, which runs over TLS only, and destination '{plain.Key}' is http://: every request to it would fail (502); give https:// destinations (VersionPolicy RequestVersionOrLower would send this one HTTP/1.1)"));
         }
-        else if (!(OperatingSystem.IsLinux() && System.Net.Quic.QuicConnection.IsSupported))
+        else if (!((OperatingSystem.IsLinux() || OperatingSystem.IsWindows() || OperatingSystem.IsMacOS()) && System.Net.Quic.QuicConnection.IsSupported))
         {
-            problems.Add(new($"{cluster.Path}:HttpRequest:Version", $"{asked}, which .NET cannot speak on this system (its QUIC needs libmsquic, which it could not load); {Instead.Replace("to it", "of the cluster", StringComparison.Ordinal)}"));
+            problems.Add(new($"{cluster.Path}:HttpRequest:Version", $"{asked}, which .NET cannot speak on this machine (its QUIC is not supported here: it needs libmsquic); every request of the cluster would fail (502); give VersionPolicy RequestVersionOrLower to take HTTP/3 where it can be had"));
         }
     }
 

@@ -61,21 +61,39 @@ internal static class TransformChecks
                 continue;
             }
 
-            // YARP refuses a PathPattern with a '?' itself.
-            if (key.StartsWith("Path", StringComparison.Ordinal) && text.IndexOfAny(key == "PathPattern" ? ['#'] : ['?', '#']) is >= 0 and var at)
+            // A PathPattern's literals alone: its parameters' values are escaped once, and a
+            // default never reaches the upstream. YARP refuses one that does not parse, or holds a '?'.
+            var scanned = text;
+            if (key == "PathPattern")
             {
-                problems.Add(new(entry.Path, $"'{text}' holds '{text[at]}', which YARP would send escaped inside the path (%{(int)text[at]:X2}), not as {(text[at] == '?' ? "the start of a query; set query values with QueryValueParameter" : "a fragment, which upstreams never get")}"));
+                if (ReverseProxyValidator.Parse(text) is not { } pattern)
+                {
+                    continue;
+                }
+
+                scanned = string.Concat(pattern.PathSegments.SelectMany(s => s.Parts).OfType<RoutePatternLiteralPart>().Select(l => l.Content));
             }
-            else if (TwiceEscaped(text) is { } twice)
+
+            if (key.StartsWith("Path", StringComparison.Ordinal) && scanned.IndexOfAny(['?', '#']) is >= 0 and var at)
+            {
+                problems.Add(new(entry.Path, $"'{text}' holds '{scanned[at]}', which YARP would send escaped inside the path (%{(int)scanned[at]:X2}), not as {(scanned[at] == '?' ? "the start of a query; set query values with QueryValueParameter" : "a fragment, which upstreams never get")}"));
+            }
+            else if (TwiceEscaped(text, scanned) is { } twice)
             {
                 problems.Add(new(entry.Path, twice));
             }
         }
 
-        // QueryValueParameter's Set is the value; QueryRouteParameter's names a route value.
-        if (transform.GetValueOrDefault("QueryValueParameter") is not null && transform.GetValueOrDefault("Set") is { Value: { Length: > 0 } value } set && TwiceEscaped(value) is { } problem)
+        // QueryValueParameter's Set or Append is the value; QueryRouteParameter's names a route value.
+        if (transform.GetValueOrDefault("QueryValueParameter") is not null)
         {
-            problems.Add(new(set.Path, problem));
+            foreach (var given in (string[])["Set", "Append"])
+            {
+                if (transform.GetValueOrDefault(given) is { Value: { Length: > 0 } value } entry && TwiceEscaped(value, value) is { } problem)
+                {
+                    problems.Add(new(entry.Path, problem));
+                }
+            }
         }
 
         if (transform.GetValueOrDefault("PathRemovePrefix") is { Value: { Length: > 0 } prefix } remove)
@@ -83,12 +101,12 @@ internal static class TransformChecks
             if (prefix.EndsWith('/'))
             {
                 problems.Add(new(remove.Path, prefix == "/"
-                    ? "'/' removes nothing: YARP removes a prefix only where a segment ends; remove the transform"
-                    : $"'{prefix}' ends with '/': YARP removes a prefix only where a segment ends, so it would be removed from the path '{prefix}' alone, never from '{prefix}...'; write '{prefix.TrimEnd('/')}'"));
+                    ? "'/' is removed only from paths that begin '//': YARP removes a prefix where a segment ends; remove the transform"
+                    : $"'{prefix}' ends with '/': YARP removes a prefix where a segment ends, so it would be removed only from the path '{prefix}' itself and paths that begin '{prefix}/', never from the paths under it ('{prefix}x'); write '{prefix.TrimEnd('/')}'"));
             }
             else if (HttpSyntax.DecodedAsPath(prefix) is var decoded && decoded != prefix)
             {
-                problems.Add(new(remove.Path, $"'{prefix}' is compared with the request's path as Kestrel decodes it (every escape but %2F), so it would never be removed; write '{decoded}'"));
+                problems.Add(new(remove.Path, $"'{prefix}' is compared with the request's path as Kestrel decodes it (every escape but %2F), so it would never be removed; {HttpSyntax.WriteDecoded(decoded)}"));
             }
         }
 
@@ -98,16 +116,16 @@ internal static class TransformChecks
         }
     }
 
-    /// <summary>The problem of a value YARP escapes, written with escapes of its own, or null.</summary>
-    private static string? TwiceEscaped(string text)
+    /// <summary>The problem of a value YARP escapes, written with escapes of its own (found in the part scanned), or null.</summary>
+    private static string? TwiceEscaped(string text, string scanned)
     {
-        if (HttpSyntax.FirstEscape(text) is not { } escape)
+        if (HttpSyntax.FirstEscape(scanned) is not { } escape)
         {
             return null;
         }
 
         var plain = Uri.UnescapeDataString(text);
-        var instead = HttpSyntax.FirstEscape(plain) is null && !text.Contains("%2F", StringComparison.OrdinalIgnoreCase)
+        var instead = HttpSyntax.FirstEscape(plain) is null && !scanned.Contains("%2F", StringComparison.OrdinalIgnoreCase)
             ? $"; write the characters themselves ('{plain}')"
             : "";
         return $"'{text}' is written with escapes, but YARP escapes the value itself: '{escape}' would reach the upstream as '%25{escape[1..]}'{instead}";
@@ -116,8 +134,8 @@ internal static class TransformChecks
     /// <summary>
     /// A method a route may not change a request to: .NET's client takes CONNECT for a tunnel (it
     /// sent CONNECT host:port, and the client got the answer's raw bytes, chunk sizes and all, until
-    /// Tern's shutdown cut it), and Tern answers a client's TRACE 405 (it echoes the request,
-    /// cookies and credentials with it, to whoever sent it).
+    /// Tern's shutdown cut it), and Tern answers a client's TRACE 405 (an upstream that answers it
+    /// echoes the request, cookies and credentials with it, to whoever sent it).
     /// </summary>
     private static void CheckMethod(Dictionary<string, IConfigurationSection> transform, List<ConfigurationProblem> problems)
     {
@@ -126,7 +144,7 @@ internal static class TransformChecks
         {
             problems.Add(new(set.Path, method.Equals("CONNECT", StringComparison.OrdinalIgnoreCase)
                 ? $"'{method}' would make .NET's client ask the upstream for a tunnel (CONNECT host:port, the path left out) instead of sending the request, and pass the client the raw bytes of its answer, framing and all, until one side closed"
-                : $"'{method}' echoes the request, its cookies and credentials with it, back to the client (cross-site tracing), which is why Tern answers a client's TRACE 405"));
+                : $"'{method}' asks the upstream to echo the request, its cookies and credentials with it, back to the client (cross-site tracing), which is why Tern answers a client's TRACE 405"));
         }
     }
 

@@ -70,6 +70,8 @@ public sealed class ReverseProxyChecksTests
     // The router matches the decoded path: a literal written with escapes (but %2F, which Kestrel keeps) matched no request.
     [InlineData("Routes:r:Match:Path", "/caf%C3%A9/{**rest}", "'/caf%C3%A9/{**rest}' is matched against the request's path as Kestrel decodes it (every escape but %2F), so the route would match no request; write '/café/{**rest}'")]
     [InlineData("Routes:r:Match:Path", "/files/my%20doc", "'/files/my%20doc' is matched against the request's path as Kestrel decodes it (every escape but %2F), so the route would match no request; write '/files/my doc'")]
+    [InlineData("Routes:r:Match:Path", "/m/%2E%2E/{**rest}", "'/m/%2E%2E/{**rest}' is matched against the request's path as Kestrel decodes it (every escape but %2F), so the route would match no request; and no request's path decodes to it (Kestrel refuses a NUL, and resolves dot segments before routing): remove it")]
+    [InlineData("Routes:r:Match:Path", "/m/%FF%C3%A9", "'/m/%FF%C3%A9' is matched against the request's path as Kestrel decodes it (every escape but %2F), so the route would match no request; write '/m/%FFé'")] // what Kestrel decodes, and what it keeps
     [InlineData("Routes:r:Match:Path", "/npm/@scope%2Fname/{**rest}", null)] // matched as the client wrote it
     [InlineData("Routes:r:Match:Path", "/odd/%FF", null)] // no UTF-8: Kestrel keeps it escaped
     [InlineData("Routes:r:Match:Path", "/discount/100%", null)] // no escape
@@ -201,6 +203,9 @@ public sealed class ReverseProxyChecksTests
     [InlineData("T:PathPrefix=/npm/@scope%2fname", "T:PathPrefix", "'/npm/@scope%2fname' is written with escapes, but YARP escapes the value itself: '%2f' would reach the upstream as '%252f'")] // no way to send an escaped slash
     [InlineData("T:PathPattern=/my%20docs/{**rest}", "T:PathPattern", "'/my%20docs/{**rest}' is written with escapes, but YARP escapes the value itself: '%20' would reach the upstream as '%2520'; write the characters themselves ('/my docs/{**rest}')")]
     [InlineData("T:QueryValueParameter=tags%5B%5D|T:Set=1", "T:QueryValueParameter", "'tags%5B%5D' is written with escapes, but YARP escapes the value itself: '%5B' would reach the upstream as '%255B'; write the characters themselves ('tags[]')")]
+    [InlineData("T:QueryValueParameter=q|T:Append=a%20b", "T:Append", "'a%20b' is written with escapes")]
+    [InlineData("T:PathPattern=/v2/{rest=a%20b}", null, null)] // a default never reaches the upstream
+    [InlineData("T:PathRemovePrefix=/api%00", "T:PathRemovePrefix", "'/api%00' is compared with the request's path as Kestrel decodes it (every escape but %2F), so it would never be removed; and no request's path decodes to it (Kestrel refuses a NUL, and resolves dot segments before routing): remove it")]
     [InlineData("T:QueryValueParameter=q|T:Set=a%20b", "T:Set", "'a%20b' is written with escapes, but YARP escapes the value itself: '%20' would reach the upstream as '%2520'; write the characters themselves ('a b')")]
     [InlineData("T:QueryRouteParameter=q%20x|T:Set=rest", "T:QueryRouteParameter", "'q%20x' is written with escapes")]
     [InlineData("T:PathSet=/café/a b", null, null)]
@@ -208,8 +213,8 @@ public sealed class ReverseProxyChecksTests
     [InlineData("T:QueryValueParameter=q|T:Set=a&b=c#d", null, null)] // a value: YARP escapes it whole
     [InlineData("T:QueryRouteParameter=q|T:Set=%20", null, null)] // Set names a route value here
     // A prefix or query name to remove, compared with the decoded path or query (but %2F), or ending where no segment does: never removed.
-    [InlineData("T:PathRemovePrefix=/api/", "T:PathRemovePrefix", "'/api/' ends with '/': YARP removes a prefix only where a segment ends, so it would be removed from the path '/api/' alone, never from '/api/...'; write '/api'")]
-    [InlineData("T:PathRemovePrefix=/", "T:PathRemovePrefix", "'/' removes nothing: YARP removes a prefix only where a segment ends; remove the transform")]
+    [InlineData("T:PathRemovePrefix=/api/", "T:PathRemovePrefix", "'/api/' ends with '/': YARP removes a prefix where a segment ends, so it would be removed only from the path '/api/' itself and paths that begin '/api//', never from the paths under it ('/api/x'); write '/api'")]
+    [InlineData("T:PathRemovePrefix=/", "T:PathRemovePrefix", "'/' is removed only from paths that begin '//': YARP removes a prefix where a segment ends; remove the transform")]
     [InlineData("T:PathRemovePrefix=/api%20v2", "T:PathRemovePrefix", "'/api%20v2' is compared with the request's path as Kestrel decodes it (every escape but %2F), so it would never be removed; write '/api v2'")]
     [InlineData("T:QueryRemoveParameter=utm%5Fsource", "T:QueryRemoveParameter", "'utm%5Fsource' is compared with the request's decoded query names, so it would never be removed; write 'utm_source'")]
     [InlineData("T:PathRemovePrefix=/api", null, null)]
@@ -217,10 +222,10 @@ public sealed class ReverseProxyChecksTests
     [InlineData("T:QueryRemoveParameter=utm_source", null, null)]
     // A method .NET's client takes for a tunnel, or one Tern refuses from clients.
     [InlineData("T:HttpMethodChange=GET|T:Set=connect", "T:Set", "'connect' would make .NET's client ask the upstream for a tunnel (CONNECT host:port, the path left out) instead of sending the request, and pass the client the raw bytes of its answer, framing and all, until one side closed")]
-    [InlineData("T:HttpMethodChange=GET|T:Set=TRACE", "T:Set", "'TRACE' echoes the request, its cookies and credentials with it, back to the client (cross-site tracing), which is why Tern answers a client's TRACE 405")]
+    [InlineData("T:HttpMethodChange=GET|T:Set=TRACE", "T:Set", "'TRACE' asks the upstream to echo the request, its cookies and credentials with it, back to the client (cross-site tracing), which is why Tern answers a client's TRACE 405")]
     [InlineData("T:HttpMethodChange=GET|T:Set=POST", null, null)]
     // HTTP/3 required where .NET's client cannot have it.
-    [InlineData("ReverseProxy:Clusters:c:HttpRequest:Version=3|ReverseProxy:Clusters:c:HttpRequest:VersionPolicy=RequestVersionExact", "ReverseProxy:Clusters:c:HttpRequest:Version", "'3' with VersionPolicy RequestVersionExact asks for HTTP/3, which runs over TLS only, and destination 'd1' is http://: every request to it would fail (502); give VersionPolicy RequestVersionOrLower to take HTTP/3 where it can be had")]
+    [InlineData("ReverseProxy:Clusters:c:HttpRequest:Version=3|ReverseProxy:Clusters:c:HttpRequest:VersionPolicy=RequestVersionExact", "ReverseProxy:Clusters:c:HttpRequest:Version", "'3' with VersionPolicy RequestVersionExact asks for HTTP/3, which runs over TLS only, and destination 'd1' is http://: every request to it would fail (502); give https:// destinations (VersionPolicy RequestVersionOrLower would send this one HTTP/1.1)")]
     [InlineData("ReverseProxy:Clusters:c:HttpRequest:Version=3.0|ReverseProxy:Clusters:c:HttpRequest:VersionPolicy=1", "ReverseProxy:Clusters:c:HttpRequest:Version", "'3.0' with VersionPolicy RequestVersionOrHigher asks for HTTP/3, which runs over TLS only")] // by number, as YARP reads it
     [InlineData("ReverseProxy:Clusters:c:HttpRequest:Version=2|ReverseProxy:Clusters:c:HttpRequest:VersionPolicy=RequestVersionExact", null, null)] // HTTP/2 without TLS (prior knowledge)
     // A query match, compared with the decoded query: written with escapes, carried by no request.
@@ -269,7 +274,7 @@ public sealed class ReverseProxyChecksTests
 
         Load(values, out var problems);
 
-        if (OperatingSystem.IsLinux() && System.Net.Quic.QuicConnection.IsSupported)
+        if ((OperatingSystem.IsLinux() || OperatingSystem.IsWindows() || OperatingSystem.IsMacOS()) && System.Net.Quic.QuicConnection.IsSupported)
         {
             Assert.Empty(problems);
         }
@@ -277,7 +282,7 @@ public sealed class ReverseProxyChecksTests
         {
             var found = Assert.Single(problems);
             Assert.Equal($"{Cluster}:HttpRequest:Version", found.Key);
-            Assert.Equal("'3.0' with VersionPolicy RequestVersionExact asks for HTTP/3, which .NET cannot speak on this system (its QUIC needs libmsquic, which it could not load); every request of the cluster would fail (502); give VersionPolicy RequestVersionOrLower to take HTTP/3 where it can be had", found.Message);
+            Assert.Equal("'3.0' with VersionPolicy RequestVersionExact asks for HTTP/3, which .NET cannot speak on this machine (its QUIC is not supported here: it needs libmsquic); every request of the cluster would fail (502); give VersionPolicy RequestVersionOrLower to take HTTP/3 where it can be had", found.Message);
         }
     }
 
