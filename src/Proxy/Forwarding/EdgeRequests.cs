@@ -13,7 +13,8 @@ namespace Tern.Proxy.Forwarding;
 /// does: .NET's client would send the upstream the destination's own address as its Host (an
 /// internal address, which applications put into the URLs they build), and, for an empty one,
 /// that beside the empty Host: two Hosts, which upstreams and caches read differently. A Host
-/// whose punycode does not decode is refused with 400 too (see Decodes).
+/// whose punycode does not decode is refused with 400 too (see Decodes), and so is an absolute
+/// URL whose escaped '/' stands beside a dot segment (see HasDotSegment).
 /// </para>
 /// <para>
 /// TRACE is refused with 405, as nginx does: an upstream that answers it (Apache's default) echoes
@@ -48,6 +49,11 @@ internal static class EdgeRequests
         if (!Decodes(request, host.ToString()))
         {
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "the Host header's name is not valid punycode (xn--)");
+        }
+
+        if (HasDotSegment(request.Path.Value))
+        {
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "the target's path has a '.' or '..' segment once its escaped '/' is decoded");
         }
 
         if (HttpMethods.IsTrace(request.Method))
@@ -92,6 +98,31 @@ internal static class EdgeRequests
         {
             return false;
         }
+    }
+
+    /// <summary>
+    /// Whether the decoded path still has a dot segment, which only an absolute URL's can: Kestrel
+    /// resolves a target's dot segments before it decodes it, and in an absolute URL (GET
+    /// https://host/path) decodes %2F too, so /public%2F..%2Fadmin was routed as /public/../admin,
+    /// under /public/{**rest}, and .NET's client resolved it on the way: the upstream got /admin,
+    /// a path no route gave it. Only a path with "/." is split.
+    /// </summary>
+    private static bool HasDotSegment(string? path)
+    {
+        if (path is null || !path.Contains("/.", StringComparison.Ordinal))
+        {
+            return false;
+        }
+
+        foreach (var segment in path.Split('/'))
+        {
+            if (segment is "." or "..")
+            {
+                return true;
+            }
+        }
+
+        return false;
     }
 
     private static bool IsAmbiguity(Exception exception, HttpContext context) =>

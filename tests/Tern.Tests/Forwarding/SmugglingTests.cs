@@ -310,6 +310,39 @@ public sealed class SmugglingTests : IAsyncLifetime
     }
 
     /// <summary>
+    /// An absolute URL whose escaped '/' stands beside '.' or '..': Kestrel resolves dot segments
+    /// before it decodes %2F there, so <c>https://localhost/strip%2F..%2Fadmin</c> was routed as
+    /// <c>/strip/../admin</c> (route 'stripped') and .NET's client resolved it: the upstream got
+    /// <c>/admin</c>, a path no route gives it. 400, and nothing forwarded; an absolute URL without
+    /// one is served, and one whose dot segment Kestrel resolved is routed where it leads.
+    /// </summary>
+    [Theory]
+    [InlineData("https://localhost/strip%2F..%2Fadmin", null)]
+    [InlineData("https://localhost/strip/%2e%2e%2Fadmin", null)]
+    [InlineData("http://localhost/strip/.%2Fadmin", null)]
+    [InlineData("https://localhost/strip/a", "/a")]
+    [InlineData("https://localhost/strip/%2E%2E/x", "/x")] // resolved by Kestrel: route 'all'
+    public async Task AbsoluteUrl_EscapedSlashBesideADotSegment_400AndNothingForwarded(string target, string? forwarded)
+    {
+        _upstream.Clear();
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort);
+        await client.WriteAsync($"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        var answer = await client.ReadUntilAsync("\0");
+
+        if (forwarded is null)
+        {
+            Assert.StartsWith("HTTP/1.1 400 ", answer, StringComparison.Ordinal);
+            Assert.Contains("400 Bad Request: the target's path has a '.' or '..' segment once its escaped '/' is decoded", answer, StringComparison.Ordinal);
+            Assert.Empty(_upstream.Requests);
+        }
+        else
+        {
+            Assert.True(answer.StartsWith("HTTP/1.1 200 ", StringComparison.Ordinal), answer);
+            Assert.Equal(forwarded, Assert.Single(_upstream.Requests).Target);
+        }
+    }
+
+    /// <summary>
     /// Expect is Tern's to answer (Kestrel sends 100 Continue when the body is read), not the
     /// upstream's: passed on, .NET's client waited a second for an upstream's 100 before sending
     /// the body (this upstream, like many, sends none). Unknown expectations are dropped too.
