@@ -75,7 +75,7 @@ internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : 
 
             if (queryRewritten)
             {
-                // The query as the route's Query* transforms left it (YARP's, escaped anew where they changed it).
+                // The query as the route's Query* transforms left it: the client's, or, where one changed it, YARP's, rebuilt whole from its decoded values.
                 var end = rest.IndexOf('?', StringComparison.Ordinal);
                 rest = string.Concat(end < 0 ? rest : rest[..end], context.Query.QueryString.ToUriComponent());
             }
