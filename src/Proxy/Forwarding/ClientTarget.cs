@@ -1,4 +1,6 @@
 using System.Buffers;
+using System.Globalization;
+using System.Text;
 using Microsoft.AspNetCore.Http.Features;
 using Yarp.ReverseProxy.Transforms;
 
@@ -33,9 +35,11 @@ namespace Tern.Proxy.Forwarding;
 /// </remarks>
 internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : RequestTransform
 {
-    // RFC 3986: unreserved, reserved (gen-delims without '#', sub-delims) and '%'.
+    // RFC 3986: unreserved, reserved (gen-delims without '#', sub-delims) and '%'; and the bytes
+    // above 0x7F a client sent unescaped (HTTP/2: Kestrel reads a target one character a byte),
+    // which go percent-encoded (Escaped).
     private static readonly SearchValues<char> s_uriChars =
-        SearchValues.Create("!$%&'()*+,-./0123456789:;=?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]_abcdefghijklmnopqrstuvwxyz~");
+        SearchValues.Create("!$%&'()*+,-./0123456789:;=?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]_abcdefghijklmnopqrstuvwxyz~" + string.Concat(Enumerable.Range(0x80, 0x80).Select(b => (char)b)));
 
     private static readonly UriCreationOptions s_asWritten = new() { DangerousDisablePathAndQueryCanonicalization = true };
 
@@ -80,10 +84,31 @@ internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : 
                 rest = string.Concat(end < 0 ? rest : rest[..end], context.Query.QueryString.ToUriComponent());
             }
 
-            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, rest.Length == 0 || rest[0] == '?' ? "/" : "", rest), in s_asWritten);
+            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, rest.Length == 0 || rest[0] == '?' ? "/" : "", Escaped(rest)), in s_asWritten);
         }
 
         return ValueTask.CompletedTask;
+    }
+
+    /// <summary>
+    /// The target with each byte above 0x7F percent-encoded, as the client meant it: a client's
+    /// raw UTF-8 (curl sends a query's so) arrives as one character a byte, which YARP encoded
+    /// again as UTF-8 (é, C3 A9, went as %C3%83%C2%A9).
+    /// </summary>
+    private static string Escaped(string target)
+    {
+        if (!target.AsSpan().ContainsAnyInRange('\u0080', '\u00ff'))
+        {
+            return target;
+        }
+
+        var escaped = new StringBuilder(target.Length * 2);
+        foreach (var c in target)
+        {
+            _ = c < 0x80 ? escaped.Append(c) : escaped.Append('%').Append(((byte)c).ToString("X2", CultureInfo.InvariantCulture));
+        }
+
+        return escaped.ToString();
     }
 
     /// <summary>The target without the removed prefix, or null where it does not start with it as a whole segment.</summary>

@@ -310,6 +310,26 @@ public sealed class SmugglingTests : IAsyncLifetime
     }
 
     /// <summary>
+    /// Over HTTP/2 a target may carry raw bytes above 0x7F (a client that sends UTF-8 unescaped;
+    /// over HTTP/1.1 Kestrel refuses them with 400): they reach the upstream percent-encoded, byte
+    /// for byte, as the client meant them. Before, YARP read each byte as a character and encoded
+    /// that as UTF-8: é (C3 A9) went as %C3%83%C2%A9.
+    /// </summary>
+    [Theory]
+    [InlineData("/q?x=\u00c3\u00a9", "/q?x=%C3%A9")]
+    [InlineData("/\u00c3\u00a9/b", "/%C3%A9/b")] // (with a query too, Kestrel resets the stream)
+    [InlineData("/b/c\u00c3\u00a9", "/b/c%C3%A9")]
+    [InlineData("/strip/\u00c3\u00a9", "/%C3%A9")]
+    public async Task Http2_RawBytesAbove0x7FInTheTarget_ReachTheUpstreamPercentEncoded(string target, string forwarded)
+    {
+        _upstream.Clear();
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: true);
+
+        Assert.Equal("200", await Http2Exchange(client.Stream, [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", target)], null));
+        Assert.Equal(forwarded, Assert.Single(_upstream.Requests).Target);
+    }
+
+    /// <summary>
     /// An absolute URL whose escaped '/' stands beside '.' or '..': Kestrel resolves dot segments
     /// before it decodes %2F there, so <c>https://localhost/strip%2F..%2Fadmin</c> was routed as
     /// <c>/strip/../admin</c> (route 'stripped') and .NET's client resolved it: the upstream got
