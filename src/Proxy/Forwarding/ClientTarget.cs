@@ -23,8 +23,8 @@ namespace Tern.Proxy.Forwarding;
 /// </para>
 /// <para>
 /// The client's target is used only where it means what Kestrel routed on: it is in origin form,
-/// holds only characters a URI may hold (RFC 3986: no controls, spaces, quotes or backslashes),
-/// and has no dot segment, plain or encoded (<c>.</c>, <c>..</c>, <c>%2e%2e</c>), which Kestrel
+/// holds only characters a URI may hold (RFC 3986: no controls, spaces, quotes or backslashes)
+/// or bytes above 0x7F (sent percent-encoded), and has no dot segment, plain or encoded (<c>.</c>, <c>..</c>, <c>%2e%2e</c>), which Kestrel
 /// resolves before routing; any other request gets YARP's target, as before, so that the upstream
 /// never resolves a path to somewhere other than where Tern routed it. The target is not parsed
 /// again on the way (<see cref="UriCreationOptions.DangerousDisablePathAndQueryCanonicalization"/>):
@@ -105,7 +105,14 @@ internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : 
         var escaped = new StringBuilder(target.Length * 2);
         foreach (var c in target)
         {
-            _ = c < 0x80 ? escaped.Append(c) : escaped.Append('%').Append(((byte)c).ToString("X2", CultureInfo.InvariantCulture));
+            if (c < 0x80)
+            {
+                escaped.Append(c);
+            }
+            else
+            {
+                escaped.Append('%').Append(((int)c).ToString("X2", CultureInfo.InvariantCulture));
+            }
         }
 
         return escaped.ToString();
@@ -124,7 +131,7 @@ internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : 
             : null;
     }
 
-    /// <summary>Whether the target can go as written: URI characters only, and no dot segment in its path.</summary>
+    /// <summary>Whether the target can go as written: URI characters and bytes above 0x7F only, and no dot segment in its path.</summary>
     internal static bool AsWritten(string target)
     {
         if (target.AsSpan().IndexOfAnyExcept(s_uriChars) >= 0)
