@@ -1,6 +1,4 @@
 using System.Buffers;
-using System.Globalization;
-using System.Text;
 using Microsoft.AspNetCore.Http.Features;
 using Yarp.ReverseProxy.Transforms;
 
@@ -23,8 +21,8 @@ namespace Tern.Proxy.Forwarding;
 /// </para>
 /// <para>
 /// The client's target is used only where it means what Kestrel routed on: it is in origin form,
-/// holds only characters a URI may hold (RFC 3986: no controls, spaces, quotes or backslashes)
-/// or bytes above 0x7F (sent percent-encoded), and has no dot segment, plain or encoded (<c>.</c>, <c>..</c>, <c>%2e%2e</c>), which Kestrel
+/// holds only characters a URI may hold (RFC 3986: no controls, spaces, quotes or backslashes),
+/// and has no dot segment, plain or encoded (<c>.</c>, <c>..</c>, <c>%2e%2e</c>), which Kestrel
 /// resolves before routing; any other request gets YARP's target, as before, so that the upstream
 /// never resolves a path to somewhere other than where Tern routed it. The target is not parsed
 /// again on the way (<see cref="UriCreationOptions.DangerousDisablePathAndQueryCanonicalization"/>):
@@ -35,11 +33,9 @@ namespace Tern.Proxy.Forwarding;
 /// </remarks>
 internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : RequestTransform
 {
-    // RFC 3986: unreserved, reserved (gen-delims without '#', sub-delims) and '%'; and the bytes
-    // above 0x7F a client sent unescaped (HTTP/2: Kestrel reads a target one character a byte),
-    // which go percent-encoded (Escaped).
+    // RFC 3986: unreserved, reserved (gen-delims without '#', sub-delims) and '%'.
     private static readonly SearchValues<char> s_uriChars =
-        SearchValues.Create("!$%&'()*+,-./0123456789:;=?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]_abcdefghijklmnopqrstuvwxyz~" + string.Concat(Enumerable.Range(0x80, 0x80).Select(b => (char)b)));
+        SearchValues.Create("!$%&'()*+,-./0123456789:;=?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]_abcdefghijklmnopqrstuvwxyz~");
 
     private static readonly UriCreationOptions s_asWritten = new() { DangerousDisablePathAndQueryCanonicalization = true };
 
@@ -84,38 +80,10 @@ internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : 
                 rest = string.Concat(end < 0 ? rest : rest[..end], context.Query.QueryString.ToUriComponent());
             }
 
-            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, rest.Length == 0 || rest[0] == '?' ? "/" : "", Escaped(rest)), in s_asWritten);
+            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, rest.Length == 0 || rest[0] == '?' ? "/" : "", rest), in s_asWritten);
         }
 
         return ValueTask.CompletedTask;
-    }
-
-    /// <summary>
-    /// The target with each byte above 0x7F percent-encoded, as the client meant it: a client's
-    /// raw UTF-8 (curl sends a query's so) arrives as one character a byte, which YARP encoded
-    /// again as UTF-8 (é, C3 A9, went as %C3%83%C2%A9).
-    /// </summary>
-    private static string Escaped(string target)
-    {
-        if (!target.AsSpan().ContainsAnyInRange('\u0080', '\u00ff'))
-        {
-            return target;
-        }
-
-        var escaped = new StringBuilder(target.Length * 2);
-        foreach (var c in target)
-        {
-            if (c < 0x80)
-            {
-                escaped.Append(c);
-            }
-            else
-            {
-                escaped.Append('%').Append(((int)c).ToString("X2", CultureInfo.InvariantCulture));
-            }
-        }
-
-        return escaped.ToString();
     }
 
     /// <summary>The target without the removed prefix, or null where it does not start with it as a whole segment.</summary>
@@ -131,7 +99,7 @@ internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : 
             : null;
     }
 
-    /// <summary>Whether the target can go as written: URI characters and bytes above 0x7F only, and no dot segment in its path.</summary>
+    /// <summary>Whether the target can go as written: URI characters only, and no dot segment in its path.</summary>
     internal static bool AsWritten(string target)
     {
         if (target.AsSpan().IndexOfAnyExcept(s_uriChars) >= 0)

@@ -1,4 +1,5 @@
 using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Http.Features;
 using Microsoft.Extensions.Primitives;
 
 namespace Tern.Proxy.Forwarding;
@@ -13,8 +14,9 @@ namespace Tern.Proxy.Forwarding;
 /// does: .NET's client would send the upstream the destination's own address as its Host (an
 /// internal address, which applications put into the URLs they build), and, for an empty one,
 /// that beside the empty Host: two Hosts, which upstreams and caches read differently. A Host
-/// whose punycode does not decode is refused with 400 too (see Decodes), and so is an absolute
-/// URL whose escaped '/' stands beside a dot segment (see HasDotSegment).
+/// whose punycode does not decode is refused with 400 too (see Decodes), and so is a path with a
+/// '..' segment an upstream could resolve (see HasParentSegment), and an HTTP/2 target with raw
+/// bytes above 0x7F (see HasRawBytes).
 /// </para>
 /// <para>
 /// TRACE is refused with 405, as nginx does: an upstream that answers it (Apache's default) echoes
@@ -51,9 +53,14 @@ internal static class EdgeRequests
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "the Host header's name is not valid punycode (xn--)");
         }
 
-        if (HasDotSegment(request.Path.Value))
+        if (HasParentSegment(request.Path.Value))
         {
-            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "the target's path has a '.' or '..' segment once its escaped '/' is decoded");
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "the target's path has a '..' segment that an upstream could resolve to a path Tern did not route (beside an escaped '/', a '\\' or a ';')");
+        }
+
+        if (HttpProtocol.IsHttp2(request.Protocol) && HasRawBytes(context))
+        {
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "the target holds bytes above 0x7F unescaped; percent-encode them");
         }
 
         if (HttpMethods.IsTrace(request.Method))
@@ -101,22 +108,25 @@ internal static class EdgeRequests
     }
 
     /// <summary>
-    /// Whether the decoded path still has a dot segment, which only an absolute URL's can: Kestrel
-    /// resolves a target's dot segments before it decodes it, and in an absolute URL (GET
-    /// https://host/path) decodes %2F too, so /public%2F..%2Fadmin was routed as /public/../admin,
-    /// under /public/{**rest}, and .NET's client resolved it on the way: the upstream got /admin,
-    /// a path no route gave it. Only a path with "/." is split.
+    /// Whether the decoded path has a ".." segment an upstream could resolve, which Kestrel, having
+    /// resolved the target's before routing, leaves: one an absolute URL's %2F left (Kestrel decodes
+    /// it there after resolving, so https://host/public%2F..%2Fadmin was routed as
+    /// /public/../admin under /public/{**rest}, and .NET's client sent /admin), or one beside a
+    /// %2F that Kestrel keeps, a '\' (which IIS takes for '/'), or before a ';' (Tomcat and Jetty
+    /// drop a segment's parameters: /public/..;/admin is their /admin). nginx passes these on;
+    /// Tern's routes confine what reaches an upstream, so it refuses them. Only a path with ".." is split.
     /// </summary>
-    private static bool HasDotSegment(string? path)
+    private static bool HasParentSegment(string? path)
     {
-        if (path is null || !path.Contains("/.", StringComparison.Ordinal))
+        if (path is null || !path.Contains("..", StringComparison.Ordinal))
         {
             return false;
         }
 
-        foreach (var segment in path.Split('/'))
+        foreach (var segment in path.Replace("%2F", "/", StringComparison.OrdinalIgnoreCase).Split('/', '\\'))
         {
-            if (segment is "." or "..")
+            var parameters = segment.IndexOf(';', StringComparison.Ordinal);
+            if ((parameters < 0 ? segment : segment[..parameters]) == "..")
             {
                 return true;
             }
@@ -124,6 +134,15 @@ internal static class EdgeRequests
 
         return false;
     }
+
+    /// <summary>
+    /// Whether an HTTP/2 target holds bytes above 0x7F, unescaped (curl sends a query's UTF-8 so).
+    /// Kestrel refuses them over HTTP/1.1 (400); over HTTP/2 it reads them one character a byte,
+    /// so routes matched on other characters than the client meant (a route on /café never matched
+    /// its raw UTF-8), and YARP encoded each again as UTF-8: é reached the upstream as %C3%83%C2%A9.
+    /// </summary>
+    private static bool HasRawBytes(HttpContext context) =>
+        context.Features.Get<IHttpRequestFeature>()?.RawTarget is { } target && target.AsSpan().ContainsAnyExceptInRange('\0', '\x7f');
 
     private static bool IsAmbiguity(Exception exception, HttpContext context) =>
         exception.GetType().FullName == RouterAmbiguity && !context.Response.HasStarted;
