@@ -256,15 +256,17 @@ internal static class ProxyErrorResponses
         // RequestVersionExact or RequestVersionOrHigher): .NET sometimes loses why a new HTTP/2
         // connection failed ("the server did not complete the HTTP/2 handshake", no category).
         var newerVersionOnly = config.HttpRequest is { Version.Major: >= 2, VersionPolicy: HttpVersionPolicy.RequestVersionExact or HttpVersionPolicy.RequestVersionOrHigher };
+        // Through a cluster's forward proxy, the connection that failed is the proxy's.
+        var peer = config.HttpClient?.WebProxy?.Address is null ? "the upstream" : "the cluster's HttpClient:WebProxy";
         var reason = socketError switch
         {
-            SocketError.ConnectionRefused => "the upstream refused the connection",
-            SocketError.HostUnreachable or SocketError.NetworkUnreachable => "the upstream is unreachable",
-            SocketError.HostNotFound or SocketError.NoData or SocketError.TryAgain => "the upstream's host name does not resolve",
-            SocketError.ConnectionReset or SocketError.ConnectionAborted => "the upstream closed the connection",
+            SocketError.ConnectionRefused => $"{peer} refused the connection",
+            SocketError.HostUnreachable or SocketError.NetworkUnreachable => $"{peer} is unreachable",
+            SocketError.HostNotFound or SocketError.NoData or SocketError.TryAgain => $"{peer}'s host name does not resolve",
+            SocketError.ConnectionReset or SocketError.ConnectionAborted => $"{peer} closed the connection",
             _ when connectTimedOut => config.Metadata?.ContainsKey(ReverseProxyValidator.ConnectTimeoutMetadata) == true
-                ? $"the upstream did not accept the connection within the cluster's Metadata:{ReverseProxyValidator.ConnectTimeoutMetadata}"
-                : "the upstream did not accept the connection within Tern:Forwarding:ConnectTimeout",
+                ? $"{peer} did not accept the connection within the cluster's Metadata:{ReverseProxyValidator.ConnectTimeoutMetadata}"
+                : $"{peer} did not accept the connection within Tern:Forwarding:ConnectTimeout",
             _ => HttpRequestErrorOf(exception) switch
             {
                 HttpRequestError.NameResolutionError => "the upstream's host name does not resolve",

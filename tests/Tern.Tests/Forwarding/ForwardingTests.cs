@@ -674,6 +674,22 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.True(elapsed < TimeSpan.FromSeconds(3), $"took {elapsed}");
     }
 
+    /// <summary>Through a cluster's forward proxy, a refused connection is the proxy's, and the 502 says so (before: "the upstream refused the connection").</summary>
+    [Fact]
+    public async Task WebProxyDown_502NamesTheProxy_NotTheUpstream()
+    {
+        await using var upstream = await TestUpstream.StartAsync("up");
+        var config = new TernConfig(engine).Route("all", "proxied", "{**any}").Cluster("proxied", [upstream], new JsonObject
+        {
+            ["HttpClient"] = new JsonObject { ["WebProxy"] = new JsonObject { ["Address"] = $"http://127.0.0.1:{FreePort.Next()}/" } },
+        });
+
+        var (status, body, _, _) = await SecondRequestAsync(config);
+
+        Assert.Equal(HttpStatusCode.BadGateway, status);
+        Assert.Equal("502 Bad Gateway: the cluster's HttpClient:WebProxy refused the connection (cluster 'proxied')\n", body);
+    }
+
     [Fact]
     public async Task UpstreamUnreachable_Returns502PromptlyWithReason()
     {
