@@ -7,8 +7,8 @@ namespace Tern.Proxy.Forwarding;
 /// <summary>
 /// The upstream gets the request's path and query as the client wrote them, as through nginx,
 /// on routes that do not rewrite the path, or only remove a prefix from it (PathRemovePrefix:
-/// /npm/@scope%2Fname reaches the upstream as /@scope%2Fname). A route's Query* transforms still
-/// apply: its path goes as written, with the query they leave.
+/// /npm/@scope%2Fname reaches the upstream as /@scope%2Fname), add one (PathPrefix), or both. A
+/// route's Query* transforms still apply: its path goes as written, with the query they leave.
 /// </summary>
 /// <remarks>
 /// <para>
@@ -31,7 +31,7 @@ namespace Tern.Proxy.Forwarding;
 /// a '/', a '?' or nothing; a prefix written with escapes (<c>/n%70m</c>) leaves YARP's target.
 /// </para>
 /// </remarks>
-internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : RequestTransform
+internal sealed class ClientTarget(string removedPrefix, string addedPrefix, bool queryRewritten) : RequestTransform
 {
     // RFC 3986: unreserved, reserved (gen-delims without '#', sub-delims) and '%'.
     private static readonly SearchValues<char> s_uriChars =
@@ -55,11 +55,31 @@ internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : 
         return keeps;
     }
 
-    /// <summary>The transform for a route, or null where it rewrites the path otherwise.</summary>
-    public static ClientTarget? For(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
-        KeepsPath(transforms, out var removedPrefix)
-            ? new ClientTarget(removedPrefix, transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase))))
+    /// <summary>
+    /// The transform for a route, or null where it rewrites the path otherwise: it may remove a
+    /// prefix, then add one (PathPrefix), which goes before the rest as YARP puts it (a trailing
+    /// '/' of it dropped), where it is written in URI characters without escapes or dot segments.
+    /// </summary>
+    public static ClientTarget? For(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms)
+    {
+        var paths = transforms.SelectMany(t => t).Where(p => p.Key.StartsWith("Path", StringComparison.OrdinalIgnoreCase)).ToList();
+        var added = "";
+        if (paths is [.., { Key: var key, Value: var prefix }] && key.Equals("PathPrefix", StringComparison.OrdinalIgnoreCase)
+            && paths.Count(p => p.Key.Equals("PathPrefix", StringComparison.OrdinalIgnoreCase)) == 1)
+        {
+            added = (prefix.StartsWith('/') ? prefix : "/" + prefix).TrimEnd('/');
+            if (!AsWritten(added) || added.Contains('%', StringComparison.Ordinal) || added.Contains('?', StringComparison.Ordinal))
+            {
+                return null;
+            }
+
+            transforms = [.. transforms.Select(t => (IReadOnlyDictionary<string, string>)t.Where(p => !p.Key.Equals("PathPrefix", StringComparison.OrdinalIgnoreCase)).ToDictionary())];
+        }
+
+        return KeepsPath(transforms, out var removedPrefix)
+            ? new ClientTarget(removedPrefix, added, transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase))))
             : null;
+    }
 
     public override ValueTask ApplyAsync(RequestTransformContext context)
     {
@@ -80,7 +100,8 @@ internal sealed class ClientTarget(string removedPrefix, bool queryRewritten) : 
                 rest = string.Concat(end < 0 ? rest : rest[..end], context.Query.QueryString.ToUriComponent());
             }
 
-            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, rest.Length == 0 || rest[0] == '?' ? "/" : "", rest), in s_asWritten);
+            // YARP adds the prefix to the path left ("" after a prefix removed whole), and sends '/' for none.
+            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, addedPrefix.Length > 0 ? addedPrefix : rest.Length == 0 || rest[0] == '?' ? "/" : "", rest), in s_asWritten);
         }
 
         return ValueTask.CompletedTask;

@@ -35,6 +35,9 @@ public sealed class SmugglingTests : IAsyncLifetime
             .Route("responses", "responses", "/r/{**rest}").Cluster("responses", [_responder.Address])
             .Route("stripped", "app", "/strip/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/strip" }) })
             .Route("set", "app", "/set/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathSet"] = "/fixed" }) })
+            .Route("prefixed", "app", "/pre/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "/v2/" }) })
+            .Route("moved", "app", "/moved/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/moved" }, new JsonObject { ["PathPrefix"] = "/v2" }) })
+            .Route("twice", "app", "/twice/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "/a" }, new JsonObject { ["PathPrefix"] = "/b" }) })
             .Route("query", "app", "/query/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["QueryValueParameter"] = "added", ["Set"] = "a b" }) })
             .Route("strippedquery", "app", "/stripq/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/stripq" }, new JsonObject { ["QueryRemoveParameter"] = "drop" }) }));
     }
@@ -283,6 +286,12 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("/strip?x=%2F", "/?x=%2F")]
     [InlineData("/str%69p/a%2Fb", "/a%252Fb")] // the prefix written with escapes: YARP's target
     [InlineData("/set/a%2Fb", "/fixed")] // a route that rewrites the path otherwise: YARP's target
+    [InlineData("/pre/a%2Fb?x=%2F", "/v2/pre/a%2Fb?x=%2F")] // a route that adds a prefix: before the path as written
+    [InlineData("/moved/a%2Fb", "/v2/a%2Fb")] // removes one, then adds one
+    [InlineData("/pre/a/%2e%2E/b%2F", "/v2/pre/b%252F")] // a dot segment: Kestrel's path, escaped by YARP
+    [InlineData("/moved", "/v2")] // as YARP: the prefix alone where nothing is left
+    [InlineData("/moved?x=1", "/v2?x=1")]
+    [InlineData("/twice/a%2Fb", "/b/a/twice/a%252Fb")] // two prefixes: YARP's target
     [InlineData("/query/a%2Fb%3Bc?x=%2F", "/query/a%2Fb%3Bc?x=%2F&added=a%20b")] // a route's Query* transforms: the path as written, the query as they leave it
     [InlineData("/stripq/a%2Fb?drop=1&keep=%2F", "/a%2Fb?keep=%2F")]
     [InlineData("/stripq/a%2Fb", "/a%2Fb")]
