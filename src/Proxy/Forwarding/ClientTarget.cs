@@ -57,8 +57,8 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
 
     /// <summary>
     /// The transform for a route, or null where it rewrites the path otherwise: it may remove a
-    /// prefix, then add one (PathPrefix), which goes before the rest as YARP puts it (a trailing
-    /// '/' of it dropped), where it is written in URI characters without escapes or dot segments.
+    /// prefix, then add one (PathPrefix), which goes before the rest as YARP joins them, where it is
+    /// written in URI characters YARP leaves as they are, without escapes or dot segments.
     /// </summary>
     public static ClientTarget? For(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms)
     {
@@ -67,8 +67,8 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
         if (paths is [.., { Key: var key, Value: var prefix }] && key.Equals("PathPrefix", StringComparison.OrdinalIgnoreCase)
             && paths.Count(p => p.Key.Equals("PathPrefix", StringComparison.OrdinalIgnoreCase)) == 1)
         {
-            added = (prefix.StartsWith('/') ? prefix : "/" + prefix).TrimEnd('/');
-            if (!AsWritten(added) || added.Contains('%', StringComparison.Ordinal) || added.Contains('?', StringComparison.Ordinal))
+            added = prefix.Length == 0 || prefix.StartsWith('/') ? prefix : "/" + prefix; // as YARP makes it a path
+            if (!AsWritten(added) || added.AsSpan().IndexOfAny("%?[]") >= 0) // YARP escapes '[' and ']' in a path
             {
                 return null;
             }
@@ -100,8 +100,12 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
                 rest = string.Concat(end < 0 ? rest : rest[..end], context.Query.QueryString.ToUriComponent());
             }
 
-            // YARP adds the prefix to the path left ("" after a prefix removed whole), and sends '/' for none.
-            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, addedPrefix.Length > 0 ? addedPrefix : rest.Length == 0 || rest[0] == '?' ? "/" : "", rest), in s_asWritten);
+            // As YARP joins paths: the added prefix before the path left, one '/' between them; the
+            // prefix whole where nothing is left (a prefix removed whole), and '/' for neither.
+            var path = rest.Length == 0 || rest[0] == '?'
+                ? (addedPrefix.Length > 0 ? addedPrefix : "/")
+                : addedPrefix.EndsWith('/') ? addedPrefix[..^1] : addedPrefix;
+            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, path, rest), in s_asWritten);
         }
 
         return ValueTask.CompletedTask;

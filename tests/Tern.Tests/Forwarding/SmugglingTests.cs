@@ -37,6 +37,9 @@ public sealed class SmugglingTests : IAsyncLifetime
             .Route("set", "app", "/set/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathSet"] = "/fixed" }) })
             .Route("prefixed", "app", "/pre/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "/v2/" }) })
             .Route("moved", "app", "/moved/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/moved" }, new JsonObject { ["PathPrefix"] = "/v2" }) })
+            .Route("slashed", "app", "/slashed/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/slashed" }, new JsonObject { ["PathPrefix"] = "/v2/" }) })
+            .Route("slashes", "app", "/slashes/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "//" }) })
+            .Route("bracketed", "app", "/bracketed/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "/v[2]" }) })
             .Route("twice", "app", "/twice/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "/a" }, new JsonObject { ["PathPrefix"] = "/b" }) })
             .Route("query", "app", "/query/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["QueryValueParameter"] = "added", ["Set"] = "a b" }) })
             .Route("strippedquery", "app", "/stripq/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/stripq" }, new JsonObject { ["QueryRemoveParameter"] = "drop" }) }));
@@ -292,6 +295,10 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("/moved", "/v2")] // as YARP: the prefix alone where nothing is left
     [InlineData("/moved?x=1", "/v2?x=1")]
     [InlineData("/twice/a%2Fb", "/b/a/twice/a%252Fb")] // two prefixes: YARP's target
+    [InlineData("/slashed?x=1", "/v2/?x=1")] // the prefix whole where nothing is left, as YARP
+    [InlineData("/slashed/a%2Fb", "/v2/a%2Fb")] // one '/' between
+    [InlineData("/slashes/a%2Fb", "//slashes/a%2Fb")]
+    [InlineData("/bracketed/a%2Fb", "/v%5B2%5D/bracketed/a%252Fb")] // a prefix YARP escapes: YARP's target
     [InlineData("/query/a%2Fb%3Bc?x=%2F", "/query/a%2Fb%3Bc?x=%2F&added=a%20b")] // a route's Query* transforms: the path as written, the query as they leave it
     [InlineData("/stripq/a%2Fb?drop=1&keep=%2F", "/a%2Fb?keep=%2F")]
     [InlineData("/stripq/a%2Fb", "/a%2Fb")]
