@@ -75,6 +75,9 @@ internal static class HttpSyntax
         return decoded.Append(Uri.UnescapeDataString(rest)).ToString();
     }
 
+    /// <summary>A query name or value as ASP.NET Core's Request.Query decodes it, where that differs from the text; null where not.</summary>
+    public static string? DecodedAsQuery(string text) => Uri.UnescapeDataString(text) is var plain && plain != text ? plain : null;
+
     /// <summary>
     /// What to write for a path written with escapes, given it decoded: that, or, where no
     /// request's path decodes to it (Kestrel refuses a NUL and resolves dot segments before

@@ -397,21 +397,19 @@ internal static partial class ReverseProxyValidator
         foreach (var match in route.GetSection("Match:QueryParameters").GetChildren())
         {
             var notContains = Enum.TryParse<QueryParameterMatchMode>(match["Mode"], ignoreCase: true, out var mode) && mode == QueryParameterMatchMode.NotContains;
-            if (match["Name"] is { Length: > 0 } name && Decoded(name) is { } plainName)
+            if (match["Name"] is { Length: > 0 } name && HttpSyntax.DecodedAsQuery(name) is { } plainName)
             {
                 problems.Add(new($"{match.Path}:Name", $"'{name}' is compared with the request's decoded query names, so no request carries it, and the route would match {(notContains ? "every request its other matches take" : "none")}; write '{plainName}'"));
             }
 
             foreach (var value in match.GetSection("Values").GetChildren())
             {
-                if (value.Value is { Length: > 0 } text && Decoded(text) is { } plainValue)
+                if (value.Value is { Length: > 0 } text && HttpSyntax.DecodedAsQuery(text) is { } plainValue)
                 {
                     problems.Add(new(value.Path, $"'{text}' is compared with the request's decoded query values, so it would never match{(notContains ? " (NotContains: every request that has the parameter would)" : "")}; write '{plainValue}'"));
                 }
             }
         }
-
-        static string? Decoded(string text) => Uri.UnescapeDataString(text) is var plain && plain != text ? plain : null;
     }
 
     /// <summary>

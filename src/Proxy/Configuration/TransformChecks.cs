@@ -110,7 +110,7 @@ internal static class TransformChecks
             }
         }
 
-        if (transform.GetValueOrDefault("QueryRemoveParameter") is { Value: { Length: > 0 } name } removeName && Uri.UnescapeDataString(name) is var plain && plain != name)
+        if (transform.GetValueOrDefault("QueryRemoveParameter") is { Value: { Length: > 0 } name } removeName && HttpSyntax.DecodedAsQuery(name) is { } plain)
         {
             problems.Add(new(removeName.Path, $"'{name}' is compared with the request's decoded query names, so it would never be removed; write '{plain}'"));
         }

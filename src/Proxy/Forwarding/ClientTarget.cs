@@ -45,11 +45,10 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
     /// </summary>
     public static bool KeepsPath(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, out string removedPrefix)
     {
-        var paths = transforms.SelectMany(t => t).Where(p => p.Key.StartsWith("Path", StringComparison.OrdinalIgnoreCase)).ToList();
-        (var keeps, removedPrefix) = paths switch
+        (var keeps, removedPrefix) = PathTransforms(transforms) switch
         {
             [] => (true, ""),
-            [{ Key: var key, Value: var prefix }] when key.Equals("PathRemovePrefix", StringComparison.OrdinalIgnoreCase) && !prefix.Contains('%', StringComparison.Ordinal) => (true, prefix),
+            [var remove] when Removes(remove) => (true, remove.Value),
             _ => (false, ""),
         };
         return keeps;
@@ -62,23 +61,36 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
     /// </summary>
     public static ClientTarget? For(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms)
     {
-        var paths = transforms.SelectMany(t => t).Where(p => p.Key.StartsWith("Path", StringComparison.OrdinalIgnoreCase)).ToList();
-        var added = "";
-        if (paths is [.., { Key: var key, Value: var prefix }] && key.Equals("PathPrefix", StringComparison.OrdinalIgnoreCase)
-            && paths.Count(p => p.Key.Equals("PathPrefix", StringComparison.OrdinalIgnoreCase)) == 1)
+        (string Removed, string Added)? prefixes = PathTransforms(transforms) switch
         {
-            added = prefix.Length == 0 || prefix.StartsWith('/') ? prefix : "/" + prefix; // as YARP makes it a path
-            if (!AsWritten(added) || added.AsSpan().IndexOfAny("%?[]") >= 0) // YARP escapes '[' and ']' in a path
-            {
-                return null;
-            }
+            [] => ("", ""),
+            [var remove] when Removes(remove) => (remove.Value, ""),
+            [var add] when Added(add) is { } added => ("", added),
+            [var remove, var add] when Removes(remove) && Added(add) is { } added => (remove.Value, added),
+            _ => null,
+        };
+        return prefixes is var (removed, addedPrefix)
+            ? new ClientTarget(removed, addedPrefix, transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase))))
+            : null;
+    }
 
-            transforms = [.. transforms.Select(t => (IReadOnlyDictionary<string, string>)t.Where(p => !p.Key.Equals("PathPrefix", StringComparison.OrdinalIgnoreCase)).ToDictionary())];
+    private static List<KeyValuePair<string, string>> PathTransforms(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
+        transforms.SelectMany(t => t).Where(p => p.Key.StartsWith("Path", StringComparison.OrdinalIgnoreCase)).ToList();
+
+    /// <summary>A PathRemovePrefix the client's target can be compared with as written (one with an escape is YARP's to remove).</summary>
+    private static bool Removes(KeyValuePair<string, string> transform) =>
+        transform.Key.Equals("PathRemovePrefix", StringComparison.OrdinalIgnoreCase) && !transform.Value.Contains('%', StringComparison.Ordinal);
+
+    /// <summary>A PathPrefix as YARP makes it a path, where it can go as written (YARP escapes '[' and ']' in a path), or null.</summary>
+    private static string? Added(KeyValuePair<string, string> transform)
+    {
+        if (!transform.Key.Equals("PathPrefix", StringComparison.OrdinalIgnoreCase))
+        {
+            return null;
         }
 
-        return KeepsPath(transforms, out var removedPrefix)
-            ? new ClientTarget(removedPrefix, added, transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase))))
-            : null;
+        var prefix = transform.Value.Length == 0 || transform.Value.StartsWith('/') ? transform.Value : "/" + transform.Value;
+        return AsWritten(prefix) && prefix.AsSpan().IndexOfAny("%?[]") < 0 ? prefix : null;
     }
 
     public override ValueTask ApplyAsync(RequestTransformContext context)
