@@ -21,6 +21,14 @@ namespace Tern.Proxy.Forwarding;
 /// <para>
 /// TRACE is refused with 405, as nginx does: an upstream that answers it (Apache's default) echoes
 /// the request back, with its cookies, its Authorization and the X-Forwarded headers Tern adds.
+/// CONNECT is refused with 405 too, as nginx does: Tern is no forward proxy, and YARP, which does
+/// not tunnel it, failed each one as a 502 that blamed the upstream, with a warning logged (any
+/// client could fill the log so). HTTP/2's extended CONNECT (a WebSocket) is forwarded.
+/// </para>
+/// <para>
+/// OPTIONS * asks about the server, not a resource (RFC 9110, 9.3.7), and .NET's client cannot
+/// send a '*' target: YARP sent the upstream OPTIONS /, a question about its root (a CORS
+/// preflight, say). Tern, the server the client talks to, answers it: 200 without content.
 /// </para>
 /// <para>
 /// A request that two routes match alike gets a 500 that says so and one log line naming them,
@@ -66,6 +74,17 @@ internal static class EdgeRequests
         if (HttpMethods.IsTrace(request.Method))
         {
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status405MethodNotAllowed, "Tern does not forward TRACE, whose answer would echo the request's cookies and credentials");
+        }
+
+        if (HttpMethods.IsConnect(request.Method) && context.Features.Get<IHttpExtendedConnectFeature>()?.IsExtendedConnect != true)
+        {
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status405MethodNotAllowed, "Tern is a reverse proxy and does not tunnel CONNECT");
+        }
+
+        if (request.Path.Value is "" && HttpMethods.IsOptions(request.Method) && context.Features.Get<IHttpRequestFeature>()?.RawTarget == "*")
+        {
+            context.Response.ContentLength = 0;
+            return Task.CompletedTask;
         }
 
         Task rest;

@@ -501,12 +501,18 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains("GET /stream/100/50: the client read nothing more", StringComparison.Ordinal));
     }
 
-    [Fact]
-    public async Task WebSocket_ThroughProxy_Echoes()
+    /// <summary>Over HTTP/1.1 an Upgrade; over HTTP/2 an extended CONNECT (RFC 8441), which YARP sends the upstream as an Upgrade.</summary>
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task WebSocket_ThroughProxy_Echoes(string version)
     {
         using var socket = new ClientWebSocket();
-        socket.Options.RemoteCertificateValidationCallback = (_, _, _, _) => true;
-        await socket.ConnectAsync(new Uri($"wss://localhost:{_tern.Config.HttpsPort}/ws"), CancellationToken.None);
+        socket.Options.HttpVersion = Version.Parse(version);
+        socket.Options.HttpVersionPolicy = HttpVersionPolicy.RequestVersionExact;
+        using var handler = new SocketsHttpHandler { SslOptions = { RemoteCertificateValidationCallback = (_, _, _, _) => true } };
+        using var invoker = new HttpMessageInvoker(handler);
+        await socket.ConnectAsync(new Uri($"wss://localhost:{_tern.Config.HttpsPort}/ws"), invoker, CancellationToken.None);
         var buffer = new byte[256 * 1024];
 
         foreach (var message in new[] { Encoding.UTF8.GetBytes("hello tern"), TestUpstream.Pattern(100_000) })
