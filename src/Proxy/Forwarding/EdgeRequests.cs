@@ -23,7 +23,8 @@ namespace Tern.Proxy.Forwarding;
 /// the request back, with its cookies, its Authorization and the X-Forwarded headers Tern adds.
 /// CONNECT is refused with 405 too, as nginx does: Tern is no forward proxy, and YARP, which does
 /// not tunnel it, failed each one as a 502 that blamed the upstream, with a warning logged (any
-/// client could fill the log so). HTTP/2's extended CONNECT (a WebSocket) is forwarded.
+/// client could fill the log so). HTTP/2's extended CONNECT for a WebSocket is forwarded; for any
+/// other protocol it is refused alike, since YARP would fail it the same way.
 /// </para>
 /// <para>
 /// OPTIONS * asks about the server, not a resource (RFC 9110, 9.3.7), and .NET's client cannot
@@ -76,9 +77,9 @@ internal static class EdgeRequests
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status405MethodNotAllowed, "Tern does not forward TRACE, whose answer would echo the request's cookies and credentials");
         }
 
-        if (HttpMethods.IsConnect(request.Method) && context.Features.Get<IHttpExtendedConnectFeature>()?.IsExtendedConnect != true)
+        if (HttpMethods.IsConnect(request.Method) && !IsWebSocket(context.Features.Get<IHttpExtendedConnectFeature>()))
         {
-            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status405MethodNotAllowed, "Tern is a reverse proxy and does not tunnel CONNECT");
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status405MethodNotAllowed, "Tern is a reverse proxy and does not tunnel CONNECT (HTTP/2's extended CONNECT, for WebSockets only)");
         }
 
         if (request.Path.Value is "" && HttpMethods.IsOptions(request.Method) && context.Features.Get<IHttpRequestFeature>()?.RawTarget == "*")
@@ -162,6 +163,10 @@ internal static class EdgeRequests
     /// </summary>
     private static bool HasRawBytes(HttpContext context) =>
         context.Features.Get<IHttpRequestFeature>()?.RawTarget is { } target && target.AsSpan().ContainsAnyExceptInRange('\0', '\x7f');
+
+    /// <summary>An HTTP/2 extended CONNECT for a WebSocket, which YARP forwards (as YARP tells it: the protocol's name in any case).</summary>
+    private static bool IsWebSocket(IHttpExtendedConnectFeature? connect) =>
+        connect is { IsExtendedConnect: true } && string.Equals(connect.Protocol, "websocket", StringComparison.OrdinalIgnoreCase);
 
     private static bool IsAmbiguity(Exception exception, HttpContext context) =>
         exception.GetType().FullName == RouterAmbiguity && !context.Response.HasStarted;
