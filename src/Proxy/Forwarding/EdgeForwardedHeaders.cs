@@ -231,6 +231,16 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     {
         public override ValueTask ApplyAsync(ResponseTransformContext context)
         {
+            // A WebSocket over HTTP/2 (the only CONNECT EdgeRequests lets through) that YARP sent an
+            // HTTP/1.1 upstream as an Upgrade: only a 101 takes it, and YARP passed any other 2xx on
+            // as HTTP/2's "tunnel open", the page the upstream sent then read as WebSocket frames
+            // (or, with a Content-Length, Kestrel refused it: a 502 naming that header).
+            if (context.ProxyResponse is { Version.Major: 1, StatusCode: >= HttpStatusCode.OK and < HttpStatusCode.Ambiguous } answer
+                && HttpMethods.IsConnect(context.HttpContext.Request.Method))
+            {
+                throw new WebSocketNotTakenException((int)answer.StatusCode);
+            }
+
             var settings = active.Current.Settings;
             var headers = context.HttpContext.Response.Headers;
             if (!settings.PassServerHeader)
@@ -384,4 +394,10 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             return ValueTask.CompletedTask;
         }
     }
+}
+
+/// <summary>An HTTP/1.1 upstream answered a WebSocket that came over HTTP/2 with a 2xx other than 101: what HTTP/2 would read as the WebSocket taken.</summary>
+internal sealed class WebSocketNotTakenException(int status)
+    : Exception($"the upstream answered the WebSocket's request with {status}, not 101 Switching Protocols")
+{
 }

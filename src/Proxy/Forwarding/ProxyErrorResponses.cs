@@ -131,6 +131,12 @@ internal static class ProxyErrorResponses
             return;
         }
 
+        if (error.Error == ForwarderError.ResponseHeaders && error.Exception is WebSocketNotTakenException notTaken)
+        {
+            await UpstreamFailedAsync((StatusCodes.Status502BadGateway, $"{notTaken.Message}: it takes no WebSocket at this path (cluster '{cluster.ClusterId}')"), "a WebSocket over HTTP/2, sent to the upstream as an HTTP/1.1 Upgrade");
+            return;
+        }
+
         // An upstream that switched protocols (101) for a request that asked for no upgrade: Kestrel
         // refuses to switch, and YARP reports that as the client's side failing.
         if (error.Error is ForwarderError.UpgradeRequestClient or ForwarderError.UpgradeResponseClient && !context.Response.HasStarted

@@ -533,6 +533,30 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
         await socket.CloseAsync(WebSocketCloseStatus.NormalClosure, "done", CancellationToken.None);
     }
 
+    /// <summary>
+    /// A WebSocket over HTTP/2 to a path where the upstream takes none: it answers YARP's Upgrade
+    /// with a page (200), which, passed on, HTTP/2 reads as the WebSocket taken (with a
+    /// Content-Length, Kestrel refused it instead: a 502 naming that header). A 502 that says so.
+    /// </summary>
+    [Theory]
+    [InlineData("/name")] // chunked
+    [InlineData("/bytes/10")] // with a Content-Length
+    public async Task WebSocketOverHttp2_UpstreamAnswersWithAPage_502SaysItTakesNoWebSocket(string path)
+    {
+        using var socket = new ClientWebSocket();
+        socket.Options.HttpVersion = HttpVersion.Version20;
+        socket.Options.HttpVersionPolicy = HttpVersionPolicy.RequestVersionExact;
+        socket.Options.CollectHttpResponseDetails = true;
+        using var handler = new SocketsHttpHandler { SslOptions = { RemoteCertificateValidationCallback = (_, _, _, _) => true } };
+        using var invoker = new HttpMessageInvoker(handler);
+
+        await Assert.ThrowsAsync<WebSocketException>(() => socket.ConnectAsync(new Uri($"wss://localhost:{_tern.Config.HttpsPort}{path}"), invoker, CancellationToken.None));
+
+        Assert.Equal(HttpStatusCode.BadGateway, socket.HttpStatusCode);
+        var line = await _tern.Logs.WaitForAsync($"CONNECT {path} returned 502: the upstream answered the WebSocket's request with 200, not 101 Switching Protocols: it takes no WebSocket at this path (cluster 'app')");
+        Assert.EndsWith("a WebSocket over HTTP/2, sent to the upstream as an HTTP/1.1 Upgrade", line, StringComparison.Ordinal);
+    }
+
     [Fact]
     public async Task Headers_FromUntrustedClient_DescribeRealClientAndKeepOriginalHost()
     {
