@@ -231,14 +231,9 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     {
         public override ValueTask ApplyAsync(ResponseTransformContext context)
         {
-            // A WebSocket over HTTP/2 (the only CONNECT EdgeRequests lets through) that YARP sent an
-            // HTTP/1.1 upstream as an Upgrade: only a 101 takes it, and YARP passed any other 2xx on
-            // as HTTP/2's "tunnel open", the page the upstream sent then read as WebSocket frames
-            // (or, with a Content-Length, Kestrel refused it: a 502 naming that header).
-            if (context.ProxyResponse is { Version.Major: 1, StatusCode: >= HttpStatusCode.OK and < HttpStatusCode.Ambiguous } answer
-                && HttpMethods.IsConnect(context.HttpContext.Request.Method))
+            if (context.ProxyResponse is { } answer && Unforwardable(answer, context.HttpContext.Request) is { } refusal)
             {
-                throw new WebSocketNotTakenException((int)answer.StatusCode);
+                throw new UnforwardableResponseException(refusal.Reason, refusal.Detail);
             }
 
             var settings = active.Current.Settings;
@@ -272,6 +267,22 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
 
             return ValueTask.CompletedTask;
         }
+
+        /// <summary>
+        /// Why an upstream's answer cannot be passed on as it is, or null. A status below 100 (.NET
+        /// reads "099" as 99, which went out as a status line of two digits, which clients refuse).
+        /// A 2xx other than 101 to a WebSocket over HTTP/2 (the only CONNECT EdgeRequests lets
+        /// through), which YARP sent an HTTP/1.1 upstream as an Upgrade: only a 101 takes it, and YARP
+        /// passed the 2xx on as HTTP/2's "tunnel open", the page the upstream sent then read as
+        /// WebSocket frames (or, with a Content-Length, Kestrel refused it: a 502 naming that header).
+        /// </summary>
+        private static (string Reason, string Detail)? Unforwardable(HttpResponseMessage answer, HttpRequest request) => (int)answer.StatusCode switch
+        {
+            < 100 and var status => ($"the upstream answered with status {status:000}, which clients cannot read (a status is from 100 to 999)", $"HTTP/{answer.Version} {status:000} {answer.ReasonPhrase}"),
+            >= 200 and < 300 and var status when answer.Version.Major == 1 && HttpMethods.IsConnect(request.Method) =>
+                ($"the upstream answered the WebSocket's request with {status}, not 101 Switching Protocols: it takes no WebSocket at this path", "a WebSocket over HTTP/2, sent to the upstream as an HTTP/1.1 Upgrade"),
+            _ => null,
+        };
 
         /// <summary>
         /// The value made the client's for the destination's address, or, where the destination
@@ -396,8 +407,9 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     }
 }
 
-/// <summary>An HTTP/1.1 upstream answered a WebSocket that came over HTTP/2 with a 2xx other than 101: what HTTP/2 would read as the WebSocket taken.</summary>
-internal sealed class WebSocketNotTakenException(int status)
-    : Exception($"the upstream answered the WebSocket's request with {status}, not 101 Switching Protocols")
+/// <summary>An upstream's answer that Tern cannot pass on as it is; the message says why, for the client and the log.</summary>
+internal sealed class UnforwardableResponseException(string reason, string detail) : Exception(reason)
 {
+    /// <summary>What the upstream sent, for the log line.</summary>
+    public string Detail { get; } = detail;
 }

@@ -131,9 +131,10 @@ internal static class ProxyErrorResponses
             return;
         }
 
-        if (error.Error == ForwarderError.ResponseHeaders && error.Exception is WebSocketNotTakenException notTaken)
+        // An answer Tern's response transform found it cannot pass on (EdgeForwardedHeaders).
+        if (error.Error == ForwarderError.ResponseHeaders && error.Exception is UnforwardableResponseException unforwardable)
         {
-            await UpstreamFailedAsync((StatusCodes.Status502BadGateway, $"{notTaken.Message}: it takes no WebSocket at this path (cluster '{cluster.ClusterId}')"), "a WebSocket over HTTP/2, sent to the upstream as an HTTP/1.1 Upgrade");
+            await UpstreamFailedAsync((StatusCodes.Status502BadGateway, $"{unforwardable.Message} (cluster '{cluster.ClusterId}')"), unforwardable.Detail);
             return;
         }
 

@@ -120,6 +120,28 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
     }
 
     /// <summary>
+    /// A status below 100 ("099", which .NET reads as 99): passed on, it went out as a status line
+    /// of two digits (HTTP/1.1 99), which clients refuse (curl: "Unsupported response code"). A 502
+    /// that says so. Three digits above 599 are passed on, as nginx does.
+    /// </summary>
+    [Theory]
+    [InlineData("1.1")]
+    [InlineData("2.0")]
+    public async Task UpstreamSendsAStatusBelow100_502SaysWhy(string version)
+    {
+        using var client = _tern.CreateClient(version: Version.Parse(version));
+        using var response = await client.GetAsync("/status-099");
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        Assert.Equal("502 Bad Gateway: the upstream answered with status 099, which clients cannot read (a status is from 100 to 999) (cluster 'app')\n", await response.Content.ReadAsStringAsync());
+        await _tern.Logs.WaitForAsync("GET /status-099 returned 502: the upstream answered with status 099, which clients cannot read (a status is from 100 to 999) (cluster 'app') (route all, cluster app, destination d1): HTTP/1.1 099 Odd");
+
+        using var custom = await client.GetAsync("/status-999");
+        Assert.Equal(999, (int)custom.StatusCode);
+        Assert.Equal("ok", await custom.Content.ReadAsStringAsync());
+    }
+
+    /// <summary>
     /// A client that stops sending its request body mid-way, still connected: after the cluster's
     /// HttpRequest:ActivityTimeout (1 s here) it gets a 408 with the reason, as nginx's
     /// client_body_timeout gives, not a reset logged as a client that left (499).
@@ -199,6 +221,8 @@ public sealed class UpstreamFailureTests : IAsyncLifetime
                     "/reset-content-with-content" => "HTTP/1.1 205 Reset Content\r\nX-Upstream: ok\r\nContent-Length: 13\r\n\r\nReset Content",
                     "/wait-for-body" => "", // answers nothing: the client's body never ends
                     "/switch" => "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+                    "/status-099" => "HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\nok",
+                    "/status-999" => "HTTP/1.1 999 Custom\r\nContent-Length: 2\r\n\r\nok",
                     "/short" or "/stall" => "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
                     "*" => "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", // HTTP/2's preface, to an HTTP/1.1 server
                     _ => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
