@@ -69,6 +69,7 @@ internal static partial class ReverseProxyValidator
                 problems.Add(new($"{route.Path}:OutputCachePolicy", "is not supported by Tern, which caches no responses; remove it"));
             }
 
+            CheckPolicies(route, problems);
             CheckHosts(route, problems);
 
             // A header no request can carry: the route matched nothing (or, by its absence, everything), without a word.
@@ -359,6 +360,31 @@ internal static partial class ReverseProxyValidator
     /// can carry (0, 70000) left the route unreachable. '[' is taken as the start of an IPv6
     /// address, which ASP.NET Core would read as a name ([v]) that no request carries.
     /// </summary>
+    /// <summary>
+    /// The route's policies of ASP.NET Core's middleware that Tern does not run (authentication,
+    /// CORS, rate limiting) or defines no policies for (request timeouts: it reads the route's
+    /// Timeout). YARP refuses a name it cannot find, as "not found"; its special names pass, and
+    /// then AuthorizationPolicy Default and CorsPolicy Default or Disable failed every request of the
+    /// route (500, with a stack trace logged: "contains authorization metadata, but a middleware
+    /// was not found"), and RateLimiterPolicy Default limited nothing. The names that ask for
+    /// nothing (Anonymous, Disable) are accepted.
+    /// </summary>
+    private static void CheckPolicies(IConfigurationSection route, List<ConfigurationProblem> problems)
+    {
+        Check("AuthorizationPolicy", "Anonymous", "Tern authenticates no one and has no authorization policies (the upstream checks the credentials Tern passes on); remove it");
+        Check("CorsPolicy", null, "Tern answers no CORS itself (the upstream's CORS headers and its answers to preflight requests pass through); remove it");
+        Check("RateLimiterPolicy", "Disable", "Tern limits no request rates and has no rate limiter policies; remove it");
+        Check("TimeoutPolicy", "Disable", "Tern has no timeout policies; remove it and give the route a Timeout (00:00:30, say)");
+
+        void Check(string key, string? harmless, string reason)
+        {
+            if (route[key] is { Length: > 0 } value && !string.Equals(value, harmless, StringComparison.OrdinalIgnoreCase))
+            {
+                problems.Add(new($"{route.Path}:{key}", $"'{value}': {reason}"));
+            }
+        }
+    }
+
     private static void CheckHosts(IConfigurationSection route, List<ConfigurationProblem> problems)
     {
         foreach (var entry in route.GetSection("Match:Hosts").GetChildren())

@@ -42,6 +42,16 @@ public sealed class ReverseProxyChecksTests
     // A URL or a path where a host goes: no request's Host has a '/'.
     [InlineData("Routes:r:Match:Hosts:0", "https://example.com/app", "'https://example.com/app': a URL, not a host: write the host alone (example.com), and a path in Match:Path")]
     [InlineData("Routes:r:Match:Hosts:0", "example.com/app", "'example.com/app': holds a '/', which no Host header does, so the route would match no request: write the host alone, and a path in Match:Path")]
+    // Policies of middleware Tern does not run: the special names failed every request (500) or did nothing.
+    [InlineData("Routes:r:AuthorizationPolicy", "Default", "'Default': Tern authenticates no one and has no authorization policies (the upstream checks the credentials Tern passes on); remove it")]
+    [InlineData("Routes:r:AuthorizationPolicy", "admins", "'admins': Tern authenticates no one")]
+    [InlineData("Routes:r:AuthorizationPolicy", "anonymous", null)]
+    [InlineData("Routes:r:CorsPolicy", "Disable", "'Disable': Tern answers no CORS itself (the upstream's CORS headers and its answers to preflight requests pass through); remove it")]
+    [InlineData("Routes:r:CorsPolicy", "Default", "'Default': Tern answers no CORS itself")]
+    [InlineData("Routes:r:RateLimiterPolicy", "Default", "'Default': Tern limits no request rates and has no rate limiter policies; remove it")]
+    [InlineData("Routes:r:RateLimiterPolicy", "Disable", null)]
+    [InlineData("Routes:r:TimeoutPolicy", "slow", "'slow': Tern has no timeout policies; remove it and give the route a Timeout (00:00:30, say)")]
+    [InlineData("Routes:r:TimeoutPolicy", "Disable", null)]
     // A header match no request can carry.
     [InlineData("Routes:r:Match:Headers:0:Name", "X Tenant", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match none")]
     [InlineData("Routes:r:Match:Headers:0:Name", "X-Tenant:", "'X-Tenant:' is not a header name")]
