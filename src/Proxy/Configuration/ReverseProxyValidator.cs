@@ -33,6 +33,18 @@ internal static partial class ReverseProxyValidator
     /// <summary>The cluster metadata keys whose values are durations.</summary>
     public static readonly string[] DurationMetadata = [PooledConnectionIdleTimeoutMetadata, ConnectTimeoutMetadata];
 
+    /// <summary>
+    /// The cluster metadata YARP's health policies read, as numbers (invariant culture), with what
+    /// each must be. YARP takes its default without a word where a value does not parse ("50%"),
+    /// and takes any number: a RateLimit of 0 or below marked every destination down at its first
+    /// requests, failed or not, one above 1 never.
+    /// </summary>
+    public static readonly (string Name, Func<double, bool> Valid, string Expected)[] HealthPolicyMetadata =
+    [
+        ("ConsecutiveFailuresHealthPolicy.Threshold", v => v >= 1, "a number of failed probes in a row, 1 or more (YARP's default is 2)"),
+        ("TransportFailureRateHealthPolicy.RateLimit", v => v is > 0 and <= 1, "a failure rate above 0 and at most 1 (YARP's default, 0.3, is 30%)"),
+    ];
+
     /// <param name="configuration">The whole configuration.</param>
     /// <param name="values">The section's values (ReverseProxy:... keys), listed once by the caller: listing a large section costs.</param>
     /// <param name="problems">Where each problem goes.</param>
@@ -157,6 +169,15 @@ internal static partial class ReverseProxyValidator
                 if (cluster[$"Metadata:{key}"] is { } duration && SettingReader.ParseDuration(duration).Problem is { } problem)
                 {
                     problems.Add(new($"{cluster.Path}:Metadata:{key}", problem));
+                }
+            }
+
+            foreach (var (name, valid, expected) in HealthPolicyMetadata)
+            {
+                if (cluster[$"Metadata:{name}"] is { } text
+                    && !(double.TryParse(text, NumberStyles.Float, CultureInfo.InvariantCulture, out var number) && double.IsFinite(number) && valid(number)))
+                {
+                    problems.Add(new($"{cluster.Path}:Metadata:{name}", $"'{text}' is not {expected}"));
                 }
             }
 

@@ -131,6 +131,11 @@ internal static class YarpKeys
             (parent, node) = (node, next);
         }
 
+        if (parts is [_, var kind, _, var metadata, var name] && metadata.Equals("Metadata", StringComparison.OrdinalIgnoreCase) && MetadataNotRead(kind, name) is { } why)
+        {
+            return new(key, UnreadSetting.Kinds.NotYarp, $"is not read by Tern or YARP and is ignored ({why})");
+        }
+
         // An empty value is how JSON's empty object or array ({} or []) arrives: nothing given.
         if (node.IsValue || empty)
         {
@@ -149,6 +154,37 @@ internal static class YarpKeys
     private static UnreadSetting NotRead(string key, string why) => InMatch(key)
         ? new(key, UnreadSetting.Kinds.NotYarp, $"is not read by YARP 2.1 ({why}), so the route would not match as written")
         : new(key, UnreadSetting.Kinds.NotYarp, $"is not read by YARP 2.1 and is ignored ({why})");
+
+    /// <summary>The metadata names Tern and YARP read from a route's and a cluster's Metadata.</summary>
+    private static readonly Dictionary<string, string[]> ReadMetadata = new(StringComparer.OrdinalIgnoreCase)
+    {
+        ["Routes"] = [ReverseProxyValidator.AllowPlainHttpMetadata],
+        ["Clusters"] = [.. ReverseProxyValidator.DurationMetadata, .. ReverseProxyValidator.HealthPolicyMetadata.Select(m => m.Name)],
+    };
+
+    /// <summary>
+    /// Why a metadata name under Tern's or YARP's prefixes (Tern., ConsecutiveFailuresHealthPolicy.,
+    /// TransportFailureRateHealthPolicy.) is read by neither, or null: misspelt, or given to a
+    /// route where a cluster's is read (or the other way round). Other names are the operator's own.
+    /// </summary>
+    private static string? MetadataNotRead(string kind, string name)
+    {
+        var dot = name.IndexOf('.', StringComparison.Ordinal);
+        if (!ReadMetadata.TryGetValue(kind, out var here) || here.Contains(name, StringComparer.OrdinalIgnoreCase) || dot < 0
+            || !ReadMetadata.Values.SelectMany(n => n).Any(n => n.StartsWith(name[..(dot + 1)], StringComparison.OrdinalIgnoreCase)))
+        {
+            return null;
+        }
+
+        var (owner, other) = kind.Equals("Routes", StringComparison.OrdinalIgnoreCase) ? ("route", "Clusters") : ("cluster", "Routes");
+        if (ReadMetadata[other].FirstOrDefault(n => n.Equals(name, StringComparison.OrdinalIgnoreCase)) is { } elsewhere)
+        {
+            return $"{elsewhere} is read from a {(owner == "route" ? "cluster" : "route")}'s Metadata, not a {owner}'s";
+        }
+
+        var close = here.Select(n => (n, distance: Distance(n.ToUpperInvariant(), name.ToUpperInvariant()))).OrderBy(c => c.distance).First();
+        return close.distance <= 3 ? $"misspelt? a {owner}'s Metadata is read for {close.n}" : $"a {owner}'s Metadata is read for {string.Join(", ", here)}";
+    }
 
     /// <summary>Where YARP reads a name like this one: the same name one level down (a route's Path is Match:Path), or a sibling spelt nearly the same.</summary>
     private static string? Hint(Node node, string part)

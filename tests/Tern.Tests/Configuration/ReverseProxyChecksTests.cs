@@ -52,6 +52,16 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Routes:r:RateLimiterPolicy", "Disable", null)]
     [InlineData("Routes:r:TimeoutPolicy", "slow", "'slow': Tern has no timeout policies; remove it and give the route a Timeout (00:00:30, say)")]
     [InlineData("Routes:r:TimeoutPolicy", "Disable", null)]
+    // YARP's health policies read these as numbers and took their default without a word where one did not parse; a RateLimit of 0 marked every destination down.
+    [InlineData("Clusters:c:Metadata:TransportFailureRateHealthPolicy.RateLimit", "50%", "'50%' is not a failure rate above 0 and at most 1 (YARP's default, 0.3, is 30%)")]
+    [InlineData("Clusters:c:Metadata:TransportFailureRateHealthPolicy.RateLimit", "0", "'0' is not a failure rate above 0 and at most 1")]
+    [InlineData("Clusters:c:Metadata:TransportFailureRateHealthPolicy.RateLimit", "1.5", "'1.5' is not a failure rate above 0 and at most 1")]
+    [InlineData("Clusters:c:Metadata:TransportFailureRateHealthPolicy.RateLimit", "0.5", null)]
+    [InlineData("Clusters:c:Metadata:ConsecutiveFailuresHealthPolicy.Threshold", "three", "'three' is not a number of failed probes in a row, 1 or more (YARP's default is 2)")]
+    [InlineData("Clusters:c:Metadata:ConsecutiveFailuresHealthPolicy.Threshold", "NaN", "'NaN' is not a number of failed probes in a row")]
+    [InlineData("Clusters:c:Metadata:ConsecutiveFailuresHealthPolicy.Threshold", "0", "'0' is not a number of failed probes in a row")]
+    [InlineData("Clusters:c:Metadata:ConsecutiveFailuresHealthPolicy.Threshold", "5", null)]
+    [InlineData("Clusters:c:Metadata:Team.Owner", "payments", null)] // the operator's own
     // A header match no request can carry.
     [InlineData("Routes:r:Match:Headers:0:Name", "X Tenant", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match none")]
     [InlineData("Routes:r:Match:Headers:0:Name", "X-Tenant:", "'X-Tenant:' is not a header name")]
@@ -313,6 +323,12 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Kestrel", "5", "Kestrel", 109, "is a section, not a setting")]
     [InlineData("Kestrel:AddServerHeader", "true", "Kestrel:AddServerHeader", 107, "is ignored: of the Kestrel section Tern reads only Kestrel:Limits")]
     [InlineData("Tern:Htps:Port", "1", "Tern:Htps:Port", 104, "is not a Tern setting and is ignored (misspelt?)")]
+    // Metadata names under Tern's or YARP's prefixes that neither reads: misspelt, or given to a route where a cluster's is read.
+    [InlineData("ReverseProxy:Clusters:c:Metadata:Tern.ConnectTimout", "00:00:03", "ReverseProxy:Clusters:c:Metadata:Tern.ConnectTimout", 108, "is not read by Tern or YARP and is ignored (misspelt? a cluster's Metadata is read for Tern.ConnectTimeout)")]
+    [InlineData("ReverseProxy:Clusters:c:Metadata:ConsecutiveFailuresHealthPolicy.Treshold", "3", "ReverseProxy:Clusters:c:Metadata:ConsecutiveFailuresHealthPolicy.Treshold", 108, "is not read by Tern or YARP and is ignored (misspelt? a cluster's Metadata is read for ConsecutiveFailuresHealthPolicy.Threshold)")]
+    [InlineData("ReverseProxy:Routes:r:Metadata:Tern.ConnectTimeout", "00:00:03", "ReverseProxy:Routes:r:Metadata:Tern.ConnectTimeout", 108, "is not read by Tern or YARP and is ignored (Tern.ConnectTimeout is read from a cluster's Metadata, not a route's)")]
+    [InlineData("ReverseProxy:Clusters:c:Metadata:Tern.AllowPlainHttp", "true", "ReverseProxy:Clusters:c:Metadata:Tern.AllowPlainHttp", 108, "is not read by Tern or YARP and is ignored (Tern.AllowPlainHttp is read from a route's Metadata, not a cluster's)")]
+    [InlineData("ReverseProxy:Routes:r:Metadata:Tern.Team", "payments", "ReverseProxy:Routes:r:Metadata:Tern.Team", 108, "is not read by Tern or YARP and is ignored (a route's Metadata is read for Tern.AllowPlainHttp)")]
     public void KeyNothingReads_IsNamedAsIgnored_WithTheNameMeant(string key, string value, string named, int eventId, string reason)
     {
         var values = Base();
