@@ -17,6 +17,14 @@ internal static class ManagementEndpoints
         var response = context.Response;
         response.ContentType = "text/plain; charset=utf-8";
         response.Headers.CacheControl = "no-store";
+        if (!HttpMethods.IsGet(context.Request.Method) && !HttpMethods.IsHead(context.Request.Method))
+        {
+            // Probes and scrapers read; nothing here takes a POST, a DELETE or a TRACE.
+            response.StatusCode = StatusCodes.Status405MethodNotAllowed;
+            response.Headers.Allow = "GET, HEAD";
+            return Text(response, "method not allowed: the management port answers GET and HEAD\n");
+        }
+
         switch (context.Request.Path.Value)
         {
             case "/healthz":

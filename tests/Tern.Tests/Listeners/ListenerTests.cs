@@ -271,6 +271,23 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
     }
 
     [Theory]
+    [InlineData("POST", "/metrics")]
+    [InlineData("DELETE", "/healthz")]
+    [InlineData("TRACE", "/readyz")]
+    public async Task Management_Endpoints_AnswerGetAndHeadOnly(string method, string path)
+    {
+        using var client = _tern.CreatePlainClient(_tern.Config.ManagementPort);
+
+        using var response = await client.SendAsync(new HttpRequestMessage(new HttpMethod(method), new Uri(path, UriKind.Relative)));
+        using var head = await client.SendAsync(new HttpRequestMessage(HttpMethod.Head, new Uri(path, UriKind.Relative)));
+
+        Assert.Equal(HttpStatusCode.MethodNotAllowed, response.StatusCode);
+        Assert.Equal("GET, HEAD", string.Join(", ", response.Content.Headers.Allow));
+        Assert.Equal("method not allowed: the management port answers GET and HEAD\n", await response.Content.ReadAsStringAsync());
+        Assert.Equal(HttpStatusCode.OK, head.StatusCode);
+    }
+
+    [Theory]
     [InlineData("/healthz")]
     [InlineData("/readyz")]
     public async Task Management_Endpoints_NeverAnswerOnPublicListener(string path)
