@@ -375,13 +375,6 @@ internal static partial class ReverseProxyValidator
     }
 
     /// <summary>
-    /// Match:Hosts as ASP.NET Core's host matching reads them (host, or host:port where port is a
-    /// number or *, split at every ':'): a host it cannot read (an IPv6 address, an empty port)
-    /// made every request of every route a 500, with its exception logged, and a port no request
-    /// can carry (0, 70000) left the route unreachable. '[' is taken as the start of an IPv6
-    /// address, which ASP.NET Core would read as a name ([v]) that no request carries.
-    /// </summary>
-    /// <summary>
     /// The route's policies of ASP.NET Core's middleware that Tern does not run (authentication,
     /// CORS, rate limiting) or defines no policies for (request timeouts: it reads the route's
     /// Timeout). YARP refuses a name it cannot find, as "not found"; its special names pass, and
@@ -406,6 +399,13 @@ internal static partial class ReverseProxyValidator
         }
     }
 
+    /// <summary>
+    /// Match:Hosts as ASP.NET Core's host matching reads them (host, or host:port where port is a
+    /// number or *, split at every ':'): a host it cannot read (an IPv6 address, an empty port)
+    /// made every request of every route a 500, with its exception logged, and a port no request
+    /// can carry (0, 70000) left the route unreachable. '[' is taken as the start of an IPv6
+    /// address, which ASP.NET Core would read as a name ([v]) that no request carries.
+    /// </summary>
     private static void CheckHosts(IConfigurationSection route, List<ConfigurationProblem> problems)
     {
         foreach (var entry in route.GetSection("Match:Hosts").GetChildren())

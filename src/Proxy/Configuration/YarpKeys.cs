@@ -131,7 +131,14 @@ internal static class YarpKeys
             (parent, node) = (node, next);
         }
 
-        if (parts is [_, var kind, _, var metadata, var name] && metadata.Equals("Metadata", StringComparison.OrdinalIgnoreCase) && MetadataNotRead(kind, name) is { } why)
+        // A route's or a cluster's metadata (ReverseProxy:Routes:r:Metadata:name), or a destination's.
+        var (owner, metadata, name) = parts switch
+        {
+            [_, var kind, _, var section, var last] => (kind, section, last),
+            [_, _, _, var kind, _, var section, var last] => (kind, section, last),
+            _ => ("", "", ""),
+        };
+        if (metadata.Equals("Metadata", StringComparison.OrdinalIgnoreCase) && MetadataNotRead(owner, name) is { } why)
         {
             return new(key, UnreadSetting.Kinds.NotYarp, $"is not read by Tern or YARP and is ignored ({why})");
         }
@@ -155,35 +162,46 @@ internal static class YarpKeys
         ? new(key, UnreadSetting.Kinds.NotYarp, $"is not read by YARP 2.1 ({why}), so the route would not match as written")
         : new(key, UnreadSetting.Kinds.NotYarp, $"is not read by YARP 2.1 and is ignored ({why})");
 
-    /// <summary>The metadata names Tern and YARP read from a route's and a cluster's Metadata.</summary>
+    /// <summary>The metadata names Tern and YARP read from a route's and a cluster's Metadata (none from a destination's).</summary>
     private static readonly Dictionary<string, string[]> ReadMetadata = new(StringComparer.OrdinalIgnoreCase)
     {
         ["Routes"] = [ReverseProxyValidator.AllowPlainHttpMetadata],
         ["Clusters"] = [.. ReverseProxyValidator.DurationMetadata, .. ReverseProxyValidator.HealthPolicyMetadata.Select(m => m.Name)],
+        ["Destinations"] = [],
     };
 
     /// <summary>
-    /// Why a metadata name under Tern's or YARP's prefixes (Tern., ConsecutiveFailuresHealthPolicy.,
-    /// TransportFailureRateHealthPolicy.) is read by neither, or null: misspelt, or given to a
-    /// route where a cluster's is read (or the other way round). Other names are the operator's own.
+    /// Why a metadata name Tern and YARP do not read where it is given looks meant for them, or null:
+    /// a name one of them reads elsewhere (Tern.ConnectTimeout on a route), one a slip or three away
+    /// from one read here (Tern.ConnectTimout, ConsecutiveFailureHealthPolicy.Threshold), or one
+    /// under their prefixes (Tern., TransportFailureRateHealthPolicy.). Other names are the operator's own.
     /// </summary>
     private static string? MetadataNotRead(string kind, string name)
     {
-        var dot = name.IndexOf('.', StringComparison.Ordinal);
-        if (!ReadMetadata.TryGetValue(kind, out var here) || here.Contains(name, StringComparer.OrdinalIgnoreCase) || dot < 0
-            || !ReadMetadata.Values.SelectMany(n => n).Any(n => n.StartsWith(name[..(dot + 1)], StringComparison.OrdinalIgnoreCase)))
+        if (!ReadMetadata.TryGetValue(kind, out var here) || here.Contains(name, StringComparer.OrdinalIgnoreCase))
         {
             return null;
         }
 
-        var (owner, other) = kind.Equals("Routes", StringComparison.OrdinalIgnoreCase) ? ("route", "Clusters") : ("cluster", "Routes");
-        if (ReadMetadata[other].FirstOrDefault(n => n.Equals(name, StringComparison.OrdinalIgnoreCase)) is { } elsewhere)
+        static string Owner(string kind) => kind.ToUpperInvariant() switch { "ROUTES" => "route", "CLUSTERS" => "cluster", _ => "destination" };
+        foreach (var (where, names) in ReadMetadata)
         {
-            return $"{elsewhere} is read from a {(owner == "route" ? "cluster" : "route")}'s Metadata, not a {owner}'s";
+            if (names.FirstOrDefault(n => n.Equals(name, StringComparison.OrdinalIgnoreCase)) is { } elsewhere)
+            {
+                return $"{elsewhere} is read from a {Owner(where)}'s Metadata, not a {Owner(kind)}'s";
+            }
         }
 
-        var close = here.Select(n => (n, distance: Distance(n.ToUpperInvariant(), name.ToUpperInvariant()))).OrderBy(c => c.distance).First();
-        return close.distance <= 3 ? $"misspelt? a {owner}'s Metadata is read for {close.n}" : $"a {owner}'s Metadata is read for {string.Join(", ", here)}";
+        var close = here.Select(n => (Name: n, Distance: Distance(n.ToUpperInvariant(), name.ToUpperInvariant()))).OrderBy(c => c.Distance).FirstOrDefault();
+        if (close.Name is not null && close.Distance <= 3)
+        {
+            return $"misspelt? a {Owner(kind)}'s Metadata is read for {close.Name}";
+        }
+
+        var dot = name.IndexOf('.', StringComparison.Ordinal);
+        return dot > 0 && ReadMetadata.Values.SelectMany(n => n).Any(n => n.StartsWith(name[..(dot + 1)], StringComparison.OrdinalIgnoreCase))
+            ? here.Length == 0 ? $"nothing is read from a {Owner(kind)}'s Metadata" : $"a {Owner(kind)}'s Metadata is read for {string.Join(", ", here)}"
+            : null;
     }
 
     /// <summary>Where YARP reads a name like this one: the same name one level down (a route's Path is Match:Path), or a sibling spelt nearly the same.</summary>

@@ -272,9 +272,10 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         /// Why an upstream's answer cannot be passed on as it is, or null. A status below 100 (.NET
         /// reads "099" as 99, which went out as a status line of two digits, which clients refuse).
         /// A 2xx other than 101 to a WebSocket over HTTP/2 (the only CONNECT EdgeRequests lets
-        /// through), which YARP sent an HTTP/1.1 upstream as an Upgrade: only a 101 takes it, and YARP
-        /// passed the 2xx on as HTTP/2's "tunnel open", the page the upstream sent then read as
-        /// WebSocket frames (or, with a Content-Length, Kestrel refused it: a 502 naming that header).
+        /// through), which YARP sent an HTTP/1.1 upstream as an Upgrade: only a 101 takes it, and over
+        /// HTTP/2 a 2xx says "taken". YARP passed it on: Kestrel refused a page on it (a 502 whose
+        /// reason named the body), a 200 without one opened the WebSocket and closed it at once, and
+        /// a 204 went through.
         /// </summary>
         private static (string Reason, string Detail)? Unforwardable(HttpResponseMessage answer, HttpRequest request) => (int)answer.StatusCode switch
         {

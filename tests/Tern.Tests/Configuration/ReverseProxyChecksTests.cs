@@ -62,6 +62,7 @@ public sealed class ReverseProxyChecksTests
     [InlineData("Clusters:c:Metadata:ConsecutiveFailuresHealthPolicy.Threshold", "0", "'0' is not a number of failed probes in a row")]
     [InlineData("Clusters:c:Metadata:ConsecutiveFailuresHealthPolicy.Threshold", "5", null)]
     [InlineData("Clusters:c:Metadata:Team.Owner", "payments", null)] // the operator's own
+    [InlineData("Clusters:c:Destinations:d1:Metadata:zone", "eu-1", null)]
     // A header match no request can carry.
     [InlineData("Routes:r:Match:Headers:0:Name", "X Tenant", "'X Tenant' is not a header name (letters, digits and !#$%&'*+-.^_`|~): no request carries it, so the route would match none")]
     [InlineData("Routes:r:Match:Headers:0:Name", "X-Tenant:", "'X-Tenant:' is not a header name")]
@@ -329,6 +330,9 @@ public sealed class ReverseProxyChecksTests
     [InlineData("ReverseProxy:Routes:r:Metadata:Tern.ConnectTimeout", "00:00:03", "ReverseProxy:Routes:r:Metadata:Tern.ConnectTimeout", 108, "is not read by Tern or YARP and is ignored (Tern.ConnectTimeout is read from a cluster's Metadata, not a route's)")]
     [InlineData("ReverseProxy:Clusters:c:Metadata:Tern.AllowPlainHttp", "true", "ReverseProxy:Clusters:c:Metadata:Tern.AllowPlainHttp", 108, "is not read by Tern or YARP and is ignored (Tern.AllowPlainHttp is read from a route's Metadata, not a cluster's)")]
     [InlineData("ReverseProxy:Routes:r:Metadata:Tern.Team", "payments", "ReverseProxy:Routes:r:Metadata:Tern.Team", 108, "is not read by Tern or YARP and is ignored (a route's Metadata is read for Tern.AllowPlainHttp)")]
+    [InlineData("ReverseProxy:Clusters:c:Metadata:ConsecutiveFailureHealthPolicy.Threshold", "3", "ReverseProxy:Clusters:c:Metadata:ConsecutiveFailureHealthPolicy.Threshold", 108, "is not read by Tern or YARP and is ignored (misspelt? a cluster's Metadata is read for ConsecutiveFailuresHealthPolicy.Threshold)")] // the prefix misspelt
+    [InlineData("ReverseProxy:Clusters:c:Destinations:d1:Metadata:Tern.ConnectTimeout", "00:00:03", "ReverseProxy:Clusters:c:Destinations:d1:Metadata:Tern.ConnectTimeout", 108, "is not read by Tern or YARP and is ignored (Tern.ConnectTimeout is read from a cluster's Metadata, not a destination's)")]
+    [InlineData("ReverseProxy:Clusters:c:Destinations:d1:Metadata:Tern.Zone", "a", "ReverseProxy:Clusters:c:Destinations:d1:Metadata:Tern.Zone", 108, "is not read by Tern or YARP and is ignored (nothing is read from a destination's Metadata)")]
     public void KeyNothingReads_IsNamedAsIgnored_WithTheNameMeant(string key, string value, string named, int eventId, string reason)
     {
         var values = Base();

@@ -535,8 +535,8 @@ public abstract class ForwardingTests(string engine) : IAsyncLifetime
 
     /// <summary>
     /// A WebSocket over HTTP/2 to a path where the upstream takes none: it answers YARP's Upgrade
-    /// with a page (200), which, passed on, HTTP/2 reads as the WebSocket taken (with a
-    /// Content-Length, Kestrel refused it instead: a 502 naming that header). A 502 that says so.
+    /// with a page (200), where over HTTP/2 a 200 says the WebSocket was taken. Before, Kestrel
+    /// refused the page's body, and the 502 said that. A 502 that says the upstream took no WebSocket.
     /// </summary>
     [Theory]
     [InlineData("/name")] // chunked
