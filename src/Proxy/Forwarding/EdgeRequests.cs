@@ -29,7 +29,9 @@ namespace Tern.Proxy.Forwarding;
 /// <para>
 /// OPTIONS * asks about the server, not a resource (RFC 9110, 9.3.7), and .NET's client cannot
 /// send a '*' target: YARP sent the upstream OPTIONS /, a question about its root (a CORS
-/// preflight, say). Tern, the server the client talks to, answers it: 200 without content.
+/// preflight, say). Tern, the server the client talks to, answers it: 200 without content. So it
+/// does an absolute URL with neither a path nor a query (OPTIONS http://host), which the last
+/// proxy is to send on as * (RFC 9112, 3.2.4), and which YARP sent as OPTIONS / too.
 /// </para>
 /// <para>
 /// A request that two routes match alike gets a 500 that says so and one log line naming them,
@@ -82,7 +84,7 @@ internal static class EdgeRequests
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status405MethodNotAllowed, "Tern is a reverse proxy and does not tunnel CONNECT (HTTP/2's extended CONNECT, for WebSockets only)");
         }
 
-        if (request.Path.Value is "" && HttpMethods.IsOptions(request.Method) && context.Features.Get<IHttpRequestFeature>()?.RawTarget == "*")
+        if (request.Path.Value is "" or "/" && HttpMethods.IsOptions(request.Method) && AsksAboutTheServer(context.Features.Get<IHttpRequestFeature>()?.RawTarget))
         {
             context.Response.ContentLength = 0;
             return Task.CompletedTask;
@@ -167,6 +169,10 @@ internal static class EdgeRequests
     /// <summary>An HTTP/2 extended CONNECT for a WebSocket, which YARP forwards (as YARP tells it: the protocol's name in any case).</summary>
     private static bool IsWebSocket(IHttpExtendedConnectFeature? connect) =>
         connect is { IsExtendedConnect: true } && string.Equals(connect.Protocol, "websocket", StringComparison.OrdinalIgnoreCase);
+
+    /// <summary>An OPTIONS target about the server: *, or an absolute URL with neither a path nor a query.</summary>
+    private static bool AsksAboutTheServer(string? target) =>
+        target == "*" || (target?.IndexOf("://", StringComparison.Ordinal) is > 0 and var scheme && target.AsSpan(scheme + 3).IndexOfAny('/', '?') < 0);
 
     private static bool IsAmbiguity(Exception exception, HttpContext context) =>
         exception.GetType().FullName == RouterAmbiguity && !context.Response.HasStarted;

@@ -336,6 +336,9 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("CONNECT localhost:443 HTTP/1.1\r\nHost: localhost:443", "405")] // Kestrel holds an authority to its Host
     [InlineData("CONNECT /a HTTP/1.1\r\nHost: localhost", "405")]
     [InlineData("OPTIONS * HTTP/1.1\r\nHost: localhost", "200")]
+    [InlineData("OPTIONS https://localhost HTTP/1.1\r\nHost: localhost", "200")] // the last proxy sends it as * (RFC 9112, 3.2.4)
+    [InlineData("OPTIONS https://localhost/ HTTP/1.1\r\nHost: localhost", "forwarded")]
+    [InlineData("OPTIONS https://localhost?x=1 HTTP/1.1\r\nHost: localhost", "forwarded")]
     [InlineData("OPTIONS /a HTTP/1.1\r\nHost: localhost", "forwarded")]
     public async Task Http1_ConnectAndOptionsAsterisk_AnsweredByTern_NothingForwarded(string head, string status)
     {
