@@ -2,6 +2,8 @@ using System.Diagnostics;
 using System.IO.Pipelines;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Connections.Features;
+using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Http.Features;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
 
 namespace Tern.Proxy.Listeners;
@@ -112,10 +114,56 @@ internal static class LingeringClose
     {
         listenOptions.Use(next => async context =>
         {
+            context.Features.Set(new LastRequest());
             await next(context).ConfigureAwait(false);
             await AfterAsync(context).ConfigureAwait(false);
         });
         return listenOptions;
+    }
+
+    /// <summary>
+    /// What the HTTP layer noted of a connection's last request (<see cref="Note"/>), on the
+    /// connections whose lingering waits <see cref="FirstQuiet"/> for a client that may still send.
+    /// </summary>
+    internal sealed class LastRequest
+    {
+        /// <summary>The request had no body and its client asked to close after it (HTTP/1.0, or Connection: close).</summary>
+        public bool ClientDone { get; set; }
+    }
+
+    /// <summary>
+    /// Notes whether a request leaves its client nothing more to send: no body, and the connection
+    /// to close after its answer. Such a connection closes as soon as the answer is out, rather than
+    /// <see cref="FirstQuiet"/> later: a client that reads its answer to the connection's end (an
+    /// HTTP/1.0 client, whose answer without a length ends there) got it a second late. nginx lingers
+    /// alike, only where a client may still be sending. Called by the HTTP layer where a connection
+    /// has a <see cref="LastRequest"/>; the one that asked to close is the connection's last.
+    /// </summary>
+    public static void Note(HttpContext context)
+    {
+        if (context.Features.Get<LastRequest>() is { } last)
+        {
+            var request = context.Request;
+            var connection = request.Headers.Connection;
+            last.ClientDone = context.Features.Get<IHttpRequestBodyDetectionFeature>()?.CanHaveBody == false
+                && (HttpProtocol.IsHttp10(request.Protocol) ? !HasToken(connection, "keep-alive") : HasToken(connection, "close"));
+        }
+
+        static bool HasToken(Microsoft.Extensions.Primitives.StringValues values, string token)
+        {
+            foreach (var value in values)
+            {
+                foreach (var part in (value ?? "").Split(','))
+                {
+                    if (part.Trim().Equals(token, StringComparison.OrdinalIgnoreCase))
+                    {
+                        return true;
+                    }
+                }
+            }
+
+            return false;
+        }
     }
 
     /// <summary>
@@ -126,7 +174,7 @@ internal static class LingeringClose
     {
         var input = context.Transport.Input;
         var state = context.ConnectionClosed.IsCancellationRequested ? Input.Ended : Look(input);
-        if (state == Input.Ended)
+        if (state == Input.Ended || (state == Input.Quiet && context.Features.Get<LastRequest>() is { ClientDone: true }))
         {
             return;
         }

@@ -155,6 +155,7 @@ public static class TlsListenOptionsExtensions
         }, (context, logger));
         var handshake = new HandshakeDeadline(timeout, abort);
         context.Features.Set(handshake);
+        context.Features.Set(new LingeringClose.LastRequest());
         try
         {
             await next(context);

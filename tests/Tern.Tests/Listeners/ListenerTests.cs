@@ -121,6 +121,41 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
         Assert.InRange(stop.Elapsed, TimeSpan.Zero, TimeSpan.FromSeconds(3));
     }
 
+    /// <summary>
+    /// A client that asks to close after a request without a body (HTTP/1.0 here, whose answer
+    /// without a length ends with the connection) has nothing more to send: Tern closes as soon as
+    /// the answer is out. Before, Kestrel's stacks (the plain listener, the SslStream engine)
+    /// lingered a second (FirstQuiet) for bytes that could not come, and such a client got the end
+    /// of its answer a second late. (The OpenSSL engine's close_notify told the client at once.)
+    /// </summary>
+    [Theory]
+    [InlineData("https", "HTTP/1.0\r\nHost: localhost")]
+    [InlineData("http", "HTTP/1.0\r\nHost: localhost")]
+    [InlineData("http", "HTTP/1.1\r\nHost: localhost\r\nConnection: close")] // its answer is chunked, but the end comes as late
+    public async Task ClientThatAskedToClose_TheConnectionEndsWithTheAnswer(string scheme, string request)
+    {
+        var https = scheme == "https";
+        await using var client = await RawHttp.ConnectAsync(https ? _tern.Config.HttpsPort : _tern.Config.HttpPort, https);
+        await client.WriteAsync($"GET /plain/name {request}\r\n\r\n");
+
+        // The answer's last byte, then the connection's end, which ends this answer (no length).
+        var answer = new System.Text.StringBuilder();
+        var buffer = new byte[4096];
+        var answered = new System.Diagnostics.Stopwatch();
+        int read;
+        while ((read = await client.Stream.ReadAsync(buffer)) > 0)
+        {
+            answer.Append(System.Text.Encoding.Latin1.GetString(buffer, 0, read));
+            answered.Restart();
+        }
+
+        answered.Stop();
+        Assert.StartsWith("HTTP/1.1 200", answer.ToString(), StringComparison.Ordinal);
+        Assert.DoesNotContain("Content-Length", answer.ToString(), StringComparison.OrdinalIgnoreCase);
+        Assert.Contains("up", answer.ToString()[answer.ToString().IndexOf("\r\n\r\n", StringComparison.Ordinal)..], StringComparison.Ordinal);
+        Assert.InRange(answered.Elapsed, TimeSpan.Zero, TimeSpan.FromSeconds(0.9));
+    }
+
     [Fact]
     public async Task Http_RedirectHttpsPort443_LeavesPortOut()
     {
