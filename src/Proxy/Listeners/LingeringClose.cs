@@ -141,12 +141,14 @@ internal static class LingeringClose
     /// </summary>
     public static void Note(HttpContext context)
     {
-        if (context.Features.Get<LastRequest>() is { } last)
+        // Only the request that asks to close is noted: it is its connection's last. A request
+        // kept alive (every one of a load test's) costs a look at its protocol and Connection header.
+        var request = context.Request;
+        var connection = request.Headers.Connection;
+        if ((HttpProtocol.IsHttp10(request.Protocol) ? !HasToken(connection, "keep-alive") : HttpProtocol.IsHttp11(request.Protocol) && HasToken(connection, "close"))
+            && context.Features.Get<LastRequest>() is { } last)
         {
-            var request = context.Request;
-            var connection = request.Headers.Connection;
-            last.ClientDone = context.Features.Get<IHttpRequestBodyDetectionFeature>()?.CanHaveBody == false
-                && (HttpProtocol.IsHttp10(request.Protocol) ? !HasToken(connection, "keep-alive") : HasToken(connection, "close"));
+            last.ClientDone = context.Features.Get<IHttpRequestBodyDetectionFeature>()?.CanHaveBody == false;
         }
 
         static bool HasToken(Microsoft.Extensions.Primitives.StringValues values, string token)
