@@ -399,16 +399,7 @@ public static class TernHost
             app.MapWhen(c => c.Connection.LocalPort == settings.DemoPort && IPAddress.IsLoopback(c.Connection.LocalIpAddress!), d => d.Run(DemoUpstream.HandleAsync));
         }
 
-        if (settings.TlsEngine == TlsEngines.SslStream)
-        {
-            // Its connections linger as the plain listener's do (PlainHttpPolicy notes those).
-            app.Use((context, next) =>
-            {
-                LingeringClose.Note(context);
-                return next(context);
-            });
-        }
-
+        app.Use(LingeringClose.NoteAsync);
         app.Use(EdgeRequests.InvokeAsync);
         app.UseRouting();
         app.UseRequestTimeouts();

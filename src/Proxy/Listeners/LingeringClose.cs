@@ -122,34 +122,46 @@ internal static class LingeringClose
     }
 
     /// <summary>
-    /// What the HTTP layer noted of a connection's last request (<see cref="Note"/>), on the
+    /// What the HTTP layer noted of a connection's last request (<see cref="NoteAsync"/>), on the
     /// connections whose lingering waits <see cref="FirstQuiet"/> for a client that may still send.
     /// </summary>
     internal sealed class LastRequest
     {
-        /// <summary>The request had no body and its client asked to close after it (HTTP/1.0, or Connection: close).</summary>
+        /// <summary>The last request had no body, and Kestrel answered it with Connection: close, as its client asked.</summary>
         public bool ClientDone { get; set; }
     }
 
     /// <summary>
-    /// Notes whether a request leaves its client nothing more to send: no body, and the connection
-    /// to close after its answer. Such a connection closes as soon as the answer is out, rather than
+    /// Notes whether a request leaves its client nothing more to send: no body, and Kestrel closing
+    /// the connection after its answer because the client asked it to (HTTP/1.0, or Connection:
+    /// close). Such a connection closes as soon as the answer is out, rather than
     /// <see cref="FirstQuiet"/> later: a client that reads its answer to the connection's end (an
-    /// HTTP/1.0 client, whose answer without a length ends there) got it a second late. nginx lingers
-    /// alike, only where a client may still be sending. Called by the HTTP layer where a connection
-    /// has a <see cref="LastRequest"/>; the one that asked to close is the connection's last.
+    /// HTTP/1.0 client, whose answer without a length ends there) got it a second late. nginx
+    /// lingers alike, only where a client may still be sending. Middleware for every request; it
+    /// acts on connections with a <see cref="LastRequest"/> (the plain listener's, the SslStream
+    /// engine's).
     /// </summary>
-    public static void Note(HttpContext context)
+    public static Task NoteAsync(HttpContext context, RequestDelegate next)
     {
-        // Only the request that asks to close is noted: it is its connection's last. A request
-        // kept alive (every one of a load test's) costs a look at its protocol and Connection header.
+        // A request kept alive (every one of a load test's) costs a look at its protocol and its
+        // Connection header. One that asks to close is confirmed by Kestrel's own word, the
+        // Connection: close it answers with, so that a header Kestrel reads otherwise (close
+        // beside a tab) never marks a connection that goes on.
         var request = context.Request;
         var connection = request.Headers.Connection;
         if ((HttpProtocol.IsHttp10(request.Protocol) ? !HasToken(connection, "keep-alive") : HttpProtocol.IsHttp11(request.Protocol) && HasToken(connection, "close"))
+            && context.Features.Get<IHttpRequestBodyDetectionFeature>()?.CanHaveBody == false
             && context.Features.Get<LastRequest>() is { } last)
         {
-            last.ClientDone = context.Features.Get<IHttpRequestBodyDetectionFeature>()?.CanHaveBody == false;
+            context.Response.OnCompleted(static state =>
+            {
+                var (response, last) = ((HttpResponse, LastRequest))state;
+                last.ClientDone = HasToken(response.Headers.Connection, "close");
+                return Task.CompletedTask;
+            }, (context.Response, last));
         }
+
+        return next(context);
 
         static bool HasToken(Microsoft.Extensions.Primitives.StringValues values, string token)
         {
@@ -157,7 +169,7 @@ internal static class LingeringClose
             {
                 foreach (var part in (value ?? "").Split(','))
                 {
-                    if (part.Trim().Equals(token, StringComparison.OrdinalIgnoreCase))
+                    if (part.Trim(' ').Equals(token, StringComparison.OrdinalIgnoreCase))
                     {
                         return true;
                     }

@@ -13,13 +13,7 @@ internal static class PlainHttpPolicy
     public static Task InvokeAsync(HttpContext context, RequestDelegate next)
     {
         var active = context.RequestServices.GetRequiredService<ActiveConfiguration>();
-        if (context.Connection.LocalPort != active.Bound.HttpPort)
-        {
-            return next(context);
-        }
-
-        LingeringClose.Note(context);
-        if (AllowsPlainHttp(context))
+        if (context.Connection.LocalPort != active.Bound.HttpPort || AllowsPlainHttp(context))
         {
             return next(context);
         }

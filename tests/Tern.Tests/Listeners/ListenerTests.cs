@@ -156,6 +156,34 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
         Assert.InRange(answered.Elapsed, TimeSpan.Zero, TimeSpan.FromSeconds(0.9));
     }
 
+    /// <summary>
+    /// Only a request Kestrel answers with Connection: close marks its connection as done: one whose
+    /// header Kestrel reads otherwise ("x,\tclose", close beside a tab) leaves it open, and a later
+    /// upload refused while its client waits to send (Expect: 100-continue, then its body) still
+    /// gets the lingering close and its 413. Read by Tern alone, that header had marked the
+    /// connection, and the upload's body met a reset (broken pipe) instead of the answer.
+    /// </summary>
+    [Theory]
+    [InlineData("https")]
+    [InlineData("http")]
+    public async Task ConnectionHeaderKestrelReadsAsKeepAlive_MarksNothing_ALaterRefusedUploadGetsItsAnswer(string scheme)
+    {
+        var https = scheme == "https";
+        await using var client = await RawHttp.ConnectAsync(https ? _tern.Config.HttpsPort : _tern.Config.HttpPort, https);
+        await client.WriteAsync("GET /plain/name HTTP/1.1\r\nHost: localhost\r\nConnection: x,\tclose\r\n\r\n");
+        Assert.DoesNotContain("Connection: close", await client.ReadUntilAsync("0\r\n\r\n"), StringComparison.OrdinalIgnoreCase);
+
+        await client.WriteAsync("POST /plain/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 40000000\r\nExpect: 100-continue\r\n\r\n");
+        await Task.Delay(200); // Tern has answered 413 and closes meanwhile
+        var chunk = new byte[256 * 1024];
+        for (var sent = 0; sent < 4_000_000; sent += chunk.Length)
+        {
+            await client.WriteAsync(chunk);
+        }
+
+        Assert.StartsWith("HTTP/1.1 413", await client.ReadUntilAsync("\n"), StringComparison.Ordinal);
+    }
+
     [Fact]
     public async Task Http_RedirectHttpsPort443_LeavesPortOut()
     {
