@@ -3,6 +3,7 @@ using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Http.Features;
 using Microsoft.AspNetCore.Http.Timeouts;
+using Microsoft.AspNetCore.WebUtilities;
 using Microsoft.Extensions.Logging;
 using Tern.Proxy.Configuration;
 using Yarp.ReverseProxy.Configuration;
@@ -220,7 +221,7 @@ internal static class ProxyErrorResponses
         context.Response.StatusCode = status;
         context.Response.ContentType = "text/plain; charset=utf-8";
         context.Response.Headers.CacheControl = "no-store";
-        await context.Response.WriteAsync($"{status} {ReasonPhrase(status)}: {reason}\n");
+        await context.Response.WriteAsync($"{status} {ReasonPhrases.GetReasonPhrase(status)}: {reason}\n");
     }
 
     /// <summary>
@@ -421,19 +422,6 @@ internal static class ProxyErrorResponses
 
         return null;
     }
-
-    private static string ReasonPhrase(int status) => status switch
-    {
-        StatusCodes.Status502BadGateway => "Bad Gateway",
-        StatusCodes.Status503ServiceUnavailable => "Service Unavailable",
-        StatusCodes.Status504GatewayTimeout => "Gateway Timeout",
-        StatusCodes.Status400BadRequest => "Bad Request",
-        StatusCodes.Status408RequestTimeout => "Request Timeout",
-        StatusCodes.Status413PayloadTooLarge => "Payload Too Large",
-        StatusCodes.Status405MethodNotAllowed => "Method Not Allowed",
-        StatusCodes.Status500InternalServerError => "Internal Server Error",
-        _ => "Error",
-    };
 
     internal static ILogger Logger(HttpContext context) =>
         context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("Tern.Proxy.Forwarding");
