@@ -24,7 +24,8 @@ namespace Tern.Proxy.Forwarding;
 /// CONNECT is refused with 405 too, as nginx does: Tern is no forward proxy, and YARP, which does
 /// not tunnel it, failed each one as a 502 that blamed the upstream, with a warning logged (any
 /// client could fill the log so). HTTP/2's extended CONNECT for a WebSocket is forwarded; for any
-/// other protocol it is refused alike, since YARP would fail it the same way.
+/// other protocol it is refused alike, since YARP would fail it the same way. A method that
+/// differs only in case from one .NET's client knows ('head') is refused with 501 (see Sent).
 /// </para>
 /// <para>
 /// OPTIONS * asks about the server, not a resource (RFC 9110, 9.3.7), and .NET's client cannot
@@ -72,6 +73,11 @@ internal static class EdgeRequests
         if (HttpProtocol.IsHttp2(request.Protocol) && HasRawBytes(context))
         {
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "the target holds bytes above 0x7F unescaped; percent-encode them");
+        }
+
+        if (Sent(request.Method) is { } sent)
+        {
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status501NotImplemented, $"the method '{request.Method}' is not {sent} (methods are case-sensitive), and Tern's HTTP client would send it as {sent}");
         }
 
         if (HttpMethods.IsTrace(request.Method))
@@ -165,6 +171,18 @@ internal static class EdgeRequests
     /// </summary>
     private static bool HasRawBytes(HttpContext context) =>
         context.Features.Get<IHttpRequestFeature>()?.RawTarget is { } target && target.AsSpan().ContainsAnyExceptInRange('\0', '\x7f');
+
+    /// <summary>
+    /// Whether .NET's client would send another method than the client's: it reads the methods it
+    /// knows (GET, HEAD, QUERY, ...) in any case, and sends them in capitals. Methods are
+    /// case-sensitive (RFC 9110, 9.1), so 'head' is not HEAD; Kestrel reads it so, and answered a
+    /// 'head' with the upstream's answer to HEAD, then failed it as a 500 for the body that answer
+    /// promised. nginx refuses any method with a small letter (400); Tern, only those its client
+    /// would change, with 501 (a method it cannot forward), and forwards 'propfind' as written.
+    /// Returns the method the client would send where it is not the request's, else null.
+    /// </summary>
+    private static string? Sent(string method) =>
+        HttpMethod.Parse(method).Method is var sent && string.Equals(sent, method, StringComparison.Ordinal) ? null : sent;
 
     /// <summary>An HTTP/2 extended CONNECT for a WebSocket, which YARP forwards (as YARP tells it: the protocol's name in any case).</summary>
     private static bool IsWebSocket(IHttpExtendedConnectFeature? connect) =>

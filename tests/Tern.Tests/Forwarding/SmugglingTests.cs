@@ -381,6 +381,49 @@ public sealed class SmugglingTests : IAsyncLifetime
     }
 
     /// <summary>
+    /// Methods are case-sensitive (RFC 9110, 9.1), but .NET's client reads those it knows in any
+    /// case and sends them in capitals: 'head' reached the upstream as HEAD, and Kestrel, for which
+    /// 'head' is not HEAD, failed the bodiless answer as a 500. Such a method gets a 501 that names
+    /// what would have been sent, on both protocols; one .NET does not know is forwarded as written.
+    /// </summary>
+    [Theory]
+    [InlineData("head", "HEAD")]
+    [InlineData("get", "GET")]
+    [InlineData("Post", "POST")]
+    [InlineData("query", "QUERY")]
+    [InlineData("connect", "CONNECT")]
+    [InlineData("propfind", null)]
+    [InlineData("HEAD", null)]
+    public async Task MethodDotNetWouldSendInCapitals_501NamesIt_OthersForwardedAsWritten(string method, string? sent)
+    {
+        foreach (var http2 in new[] { false, true })
+        {
+            _upstream.Clear();
+            await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: http2);
+            string status;
+            if (http2)
+            {
+                status = await Http2Exchange(client.Stream, [(":method", method), (":scheme", "https"), (":authority", "localhost"), (":path", "/a")], null);
+            }
+            else
+            {
+                await client.WriteAsync($"{method} /a HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+                var answer = await client.ReadUntilAsync("\0");
+                status = answer[9..12];
+                if (sent is not null)
+                {
+                    Assert.Contains($"501 Not Implemented: the method '{method}' is not {sent} (methods are case-sensitive), and Tern's HTTP client would send it as {sent}", answer, StringComparison.Ordinal);
+                }
+            }
+
+            Assert.Equal(sent is null ? "200" : "501", status);
+            Assert.Equal(sent is null ? [method] : [], _upstream.Requests.Select(r => r.Method));
+        }
+
+        Assert.DoesNotContain(_tern.Logs.Lines, l => l.StartsWith("Error:", StringComparison.Ordinal));
+    }
+
+    /// <summary>
     /// Over HTTP/2 a target may carry raw bytes above 0x7F (a client that sends UTF-8 unescaped,
     /// as curl does a query's): 400, as over HTTP/1.1, where Kestrel refuses them. Before, Kestrel
     /// read them one character a byte, routes matched on those characters, and YARP encoded each
