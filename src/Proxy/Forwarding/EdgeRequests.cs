@@ -19,6 +19,8 @@ namespace Tern.Proxy.Forwarding;
 /// bytes above 0x7F (see HasRawBytes).
 /// </para>
 /// <para>
+/// A request body framed otherwise than by chunked alone is refused, with 501 (400 for HTTP/1.0),
+/// as nginx refuses it (see RefusedFraming).
 /// TRACE is refused with 405, as nginx does: an upstream that answers it (Apache's default) echoes
 /// the request back, with its cookies, its Authorization and the X-Forwarded headers Tern adds.
 /// CONNECT is refused with 405 too, as nginx does: Tern is no forward proxy, and YARP, which does
@@ -54,6 +56,11 @@ internal static class EdgeRequests
     public static Task InvokeAsync(HttpContext context, RequestDelegate next)
     {
         var request = context.Request;
+        if (request.Headers.TransferEncoding.Count > 0 && RefusedFraming(request) is { } refused)
+        {
+            return ProxyErrorResponses.RespondAsync(context, refused.Status, refused.Reason, close: true);
+        }
+
         var host = request.Headers.Host;
         if (StringValues.IsNullOrEmpty(host))
         {
@@ -171,6 +178,29 @@ internal static class EdgeRequests
     /// </summary>
     private static bool HasRawBytes(HttpContext context) =>
         context.Features.Get<IHttpRequestFeature>()?.RawTarget is { } target && target.AsSpan().ContainsAnyExceptInRange('\0', '\x7f');
+
+    /// <summary>
+    /// A request body framed otherwise than by chunked alone, which Kestrel reads as if it were:
+    /// it decodes the last coding, chunked, and passes over the ones before it, so the body of
+    /// 'Transfer-Encoding: gzip, chunked' reached the upstream still compressed and said to be
+    /// plain (and 'chunked, chunked' half decoded). RFC 9112 (6.1) asks for 501 for a coding a
+    /// server does not decode, and has an HTTP/1.0 request's Transfer-Encoding taken as framing
+    /// gone wrong, which Kestrel read as chunked (and a server before Tern may read by its
+    /// Content-Length: a way to smuggle a request). Both as nginx answers them, and the connection
+    /// closed, since the body's end is in doubt.
+    /// </summary>
+    private static (int Status, string Reason)? RefusedFraming(HttpRequest request)
+    {
+        if (HttpProtocol.IsHttp10(request.Protocol))
+        {
+            return (StatusCodes.Status400BadRequest, "an HTTP/1.0 request cannot be framed by Transfer-Encoding (RFC 9112, 6.1)");
+        }
+
+        var codings = request.Headers.TransferEncoding;
+        return codings.Count == 1 && codings[0].AsSpan().Trim(" \t").Equals("chunked", StringComparison.OrdinalIgnoreCase)
+            ? null
+            : (StatusCodes.Status501NotImplemented, "Tern decodes no transfer coding but chunked, and this request's Transfer-Encoding names another, or chunked twice");
+    }
 
     /// <summary>
     /// Whether .NET's client would send another method than the client's: it reads the methods it

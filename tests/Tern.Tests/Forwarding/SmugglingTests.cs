@@ -73,6 +73,12 @@ public sealed class SmugglingTests : IAsyncLifetime
         { "chunk size of 2^31", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n80000000\r\nabc\r\n", "400", "" },
         { "bare LF in a chunk extension", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n3;x\nabc\r\n0\r\n\r\n" + Smuggled, "400", "" },
         { "framing in a trailer", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n", "200", "/a abc" },
+        // Codings Kestrel passes over (it decodes the last, chunked): refused, and the connection closed.
+        { "a coding before chunked", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + Smuggled, "501", "" },
+        { "codings on two lines", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + Smuggled, "501", "" },
+        { "chunked twice", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + Smuggled, "501", "" },
+        { "HTTP/1.0 chunked", "POST /a HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n" + Smuggled, "400", "" },
+        { "chunked in capitals", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: Chunked \r\n\r\n5\r\nhello\r\n0\r\n\r\n", "200", "/a hello" },
         // YARP forwards WebSocket upgrades only; an h2c upgrade must not reach the upstream.
         { "h2c upgrade", "GET /a HTTP/1.1\r\nHost: localhost\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nConnection: Upgrade, HTTP2-Settings\r\n\r\n", "200", "/a " },
     };
@@ -378,6 +384,30 @@ public sealed class SmugglingTests : IAsyncLifetime
         Assert.Equal(forwarded ? "200" : status, await Http2Exchange(client.Stream, headers, null));
         Assert.Equal(forwarded ? 1 : 0, _upstream.Requests.Count);
         Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("Unsupported request method", StringComparison.Ordinal));
+    }
+
+    /// <summary>
+    /// A body framed by codings Kestrel would pass over gets a 501 (nginx's answer) that says so,
+    /// an HTTP/1.0 one framed by Transfer-Encoding a 400, on both listeners, and the connection
+    /// ends with the answer (its body's end is in doubt).
+    /// </summary>
+    [Theory]
+    [InlineData("1.1", "gzip, chunked", "501 Not Implemented: Tern decodes no transfer coding but chunked, and this request's Transfer-Encoding names another, or chunked twice")]
+    [InlineData("1.0", "chunked", "400 Bad Request: an HTTP/1.0 request cannot be framed by Transfer-Encoding (RFC 9112, 6.1)")]
+    public async Task Http1_TransferCodingKestrelWouldPassOver_RefusedWithTheReason_ConnectionClosed(string version, string codings, string answer)
+    {
+        foreach (var (port, tls) in new[] { (_tern.Config.HttpsPort, true), (_tern.Config.HttpPort, false) })
+        {
+            _upstream.Clear();
+            await using var client = await RawHttp.ConnectAsync(port, tls);
+            await client.WriteAsync($"POST /a HTTP/{version}\r\nHost: localhost\r\nConnection: keep-alive\r\nTransfer-Encoding: {codings}\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+            var received = await client.ReadUntilAsync("\0"); // to the connection's end
+
+            Assert.StartsWith($"HTTP/1.1 {answer[..3]} ", received, StringComparison.Ordinal);
+            Assert.Contains("\r\nConnection: close\r\n", received, StringComparison.Ordinal);
+            Assert.Contains(answer, received, StringComparison.Ordinal);
+            Assert.Empty(_upstream.Requests);
+        }
     }
 
     /// <summary>
