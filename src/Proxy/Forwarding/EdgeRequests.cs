@@ -1,6 +1,7 @@
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Http.Features;
 using Microsoft.Extensions.Primitives;
+using Microsoft.Net.Http.Headers;
 
 namespace Tern.Proxy.Forwarding;
 
@@ -10,8 +11,8 @@ namespace Tern.Proxy.Forwarding;
 /// </summary>
 /// <remarks>
 /// <para>
-/// A request without a Host (HTTP/1.0, or an empty <c>Host:</c>) is refused with 400, as nginx
-/// does: .NET's client would send the upstream the destination's own address as its Host (an
+/// A field that takes one value given twice is refused with 400 (see Repeated). A request
+/// without a Host (HTTP/1.0, or an empty <c>Host:</c>) is refused with 400, as nginx does: .NET's client would send the upstream the destination's own address as its Host (an
 /// internal address, which applications put into the URLs they build), and, for an empty one,
 /// that beside the empty Host: two Hosts, which upstreams and caches read differently. A Host
 /// whose punycode does not decode is refused with 400 too (see Decodes), and so is a path with a
@@ -65,6 +66,11 @@ internal static class EdgeRequests
         if (StringValues.IsNullOrEmpty(host))
         {
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "a Host header is required");
+        }
+
+        if (Repeated(request.Headers) is { } field)
+        {
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, $"the request has more than one {field} header, a field that takes one value");
         }
 
         if (!Decodes(request, host.ToString()))
@@ -141,6 +147,27 @@ internal static class EdgeRequests
             return false;
         }
     }
+
+    /// <summary>
+    /// A field that takes one value, given on more than one line. Kestrel joins the lines with
+    /// ", " and .NET's client sends them so: two Authorization lines reached the upstream as
+    /// 'Basic a, Bearer b', a credential neither line gave, two Range lines as a request for both
+    /// ranges, two Content-Types as a media type that is none. A server or a check before Tern
+    /// reads one of the lines, the upstream something else. 400, as nginx answers the
+    /// Authorization, conditional and Content-Range ones (it passes the others on as two lines,
+    /// which .NET cannot send); Origin too, which a check against cross-site requests reads.
+    /// One line with commas is the client's own value, and passes.
+    /// </summary>
+    private static string? Repeated(IHeaderDictionary headers) =>
+        headers.Authorization.Count > 1 ? HeaderNames.Authorization
+        : headers.ContentType.Count > 1 ? HeaderNames.ContentType
+        : headers.Range.Count > 1 ? HeaderNames.Range
+        : headers.IfRange.Count > 1 ? HeaderNames.IfRange
+        : headers.IfModifiedSince.Count > 1 ? HeaderNames.IfModifiedSince
+        : headers.IfUnmodifiedSince.Count > 1 ? HeaderNames.IfUnmodifiedSince
+        : headers.ContentRange.Count > 1 ? HeaderNames.ContentRange
+        : headers.Origin.Count > 1 ? HeaderNames.Origin
+        : null;
 
     /// <summary>
     /// Whether the decoded path has a ".." segment an upstream could resolve, which Kestrel, having

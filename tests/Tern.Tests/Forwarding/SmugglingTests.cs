@@ -411,6 +411,60 @@ public sealed class SmugglingTests : IAsyncLifetime
     }
 
     /// <summary>
+    /// A field that takes one value, on two lines: Kestrel and .NET's client joined them, so two
+    /// Authorization lines reached the upstream as 'Basic a, Bearer b', a credential the client
+    /// never gave, while a server before Tern reads one of them. 400 naming the field, on both
+    /// protocols, and nothing forwarded; one line with a comma, and a list field on two lines,
+    /// are forwarded.
+    /// </summary>
+    [Theory]
+    [InlineData("authorization", "Basic YTpi", "Bearer x", "Authorization")]
+    [InlineData("content-type", "text/plain", "application/json", "Content-Type")]
+    [InlineData("range", "bytes=0-1", "bytes=5-9", "Range")]
+    [InlineData("if-modified-since", "Thu, 26 Nov 2026 10:00:00 GMT", "Wed, 25 Nov 2026 10:00:00 GMT", "If-Modified-Since")]
+    [InlineData("origin", "https://a.example", "https://b.example", "Origin")]
+    [InlineData("accept", "text/html", "application/json", null)]
+    public async Task FieldThatTakesOneValue_OnTwoLines_400NamesIt_NothingForwarded(string name, string first, string second, string? refused)
+    {
+        foreach (var http2 in new[] { false, true })
+        {
+            _upstream.Clear();
+            await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: http2);
+            string status;
+            if (http2)
+            {
+                status = await Http2Exchange(client.Stream, [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", "/a"), (name, first), (name, second)], null);
+            }
+            else
+            {
+                await client.WriteAsync($"GET /a HTTP/1.1\r\nHost: localhost\r\n{name}: {first}\r\n{name}: {second}\r\nConnection: close\r\n\r\n");
+                var answer = await client.ReadUntilAsync("\0");
+                status = answer[9..12];
+                if (refused is not null)
+                {
+                    Assert.Contains($"400 Bad Request: the request has more than one {refused} header, a field that takes one value", answer, StringComparison.Ordinal);
+                }
+            }
+
+            Assert.Equal(refused is null ? "200" : "400", status);
+            if (refused is null)
+            {
+                Assert.Equal($"{first}, {second}", Assert.Single(_upstream.Requests).Headers.Single(h => h.Name.Equals(name, StringComparison.OrdinalIgnoreCase)).Value);
+            }
+            else
+            {
+                Assert.Empty(_upstream.Requests);
+            }
+        }
+
+        // One line is the client's own value.
+        _upstream.Clear();
+        await using var oneLine = await RawHttp.ConnectAsync(_tern.Config.HttpsPort);
+        await oneLine.WriteAsync($"GET /a HTTP/1.1\r\nHost: localhost\r\n{name}: {first}, {second}\r\nConnection: close\r\n\r\n");
+        Assert.StartsWith("HTTP/1.1 200 ", await oneLine.ReadUntilAsync("\0"), StringComparison.Ordinal);
+    }
+
+    /// <summary>
     /// Methods are case-sensitive (RFC 9110, 9.1), but .NET's client reads those it knows in any
     /// case and sends them in capitals: 'head' reached the upstream as HEAD, and Kestrel, for which
     /// 'head' is not HEAD, failed the bodiless answer as a 500. Such a method gets a 501 that names
