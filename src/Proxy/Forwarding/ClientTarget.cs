@@ -7,7 +7,8 @@ namespace Tern.Proxy.Forwarding;
 /// <summary>
 /// The upstream gets the request's path and query as the client wrote them, as through nginx,
 /// on routes that do not rewrite the path, or only remove a prefix from it (PathRemovePrefix:
-/// /npm/@scope%2Fname reaches the upstream as /@scope%2Fname), add one (PathPrefix), or both. A
+/// /npm/@scope%2Fname reaches the upstream as /@scope%2Fname), add one (PathPrefix), or both,
+/// or swap one for another with a PathPattern (/old/{**rest} to /new/{**rest}). A
 /// route's Query* transforms still apply: its path goes as written, with the query they leave.
 /// </summary>
 /// <remarks>
@@ -59,7 +60,7 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
     /// prefix, then add one (PathPrefix), which goes before the rest as YARP joins them, where it is
     /// written in URI characters YARP leaves as they are, without escapes or dot segments.
     /// </summary>
-    public static ClientTarget? For(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms)
+    public static ClientTarget? For(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, string? matchPath)
     {
         (string Removed, string Added)? prefixes = PathTransforms(transforms) switch
         {
@@ -67,6 +68,7 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
             [var remove] when Removes(remove) => (remove.Value, ""),
             [var add] when Added(add) is { } added => ("", added),
             [var remove, var add] when Removes(remove) && Added(add) is { } added => (remove.Value, added),
+            [var pattern] when Swapped(pattern, matchPath) is { } swap => swap,
             _ => null,
         };
         return prefixes is var (removed, addedPrefix)
@@ -80,6 +82,40 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
     /// <summary>A PathRemovePrefix the client's target can be compared with as written (one with an escape is YARP's to remove).</summary>
     private static bool Removes(KeyValuePair<string, string> transform) =>
         transform.Key.Equals("PathRemovePrefix", StringComparison.OrdinalIgnoreCase) && !transform.Value.Contains('%', StringComparison.Ordinal);
+
+    /// <summary>
+    /// A PathPattern that swaps one literal prefix for another: Match:Path /old/{**rest} and
+    /// PathPattern /new/{**rest} (the same catch-all, last in both), which removes /old and adds
+    /// /new, as PathRemovePrefix and PathPrefix do. YARP fills a pattern with the decoded route
+    /// value and escapes it again, so /old/a%2Fb reached the upstream as /new/a%252Fb (yarp#1419)
+    /// and /old/a%3Bb as /new/a;b. The prefixes must be written as PathRemovePrefix and PathPrefix
+    /// are taken as written (see Removes, Added); other patterns are YARP's to fill.
+    /// </summary>
+    private static (string Removed, string Added)? Swapped(KeyValuePair<string, string> transform, string? matchPath)
+    {
+        if (!transform.Key.Equals("PathPattern", StringComparison.OrdinalIgnoreCase) || matchPath is null
+            || CatchAllPrefix(matchPath) is not var (removed, name) || CatchAllPrefix(transform.Value) is not var (added, patternName)
+            || !name.Equals(patternName, StringComparison.OrdinalIgnoreCase)
+            || removed.Contains('%', StringComparison.Ordinal) || Added(new("PathPrefix", added)) is not { } addedPrefix)
+        {
+            return null;
+        }
+
+        return (removed, addedPrefix);
+    }
+
+    /// <summary>The literal prefix of a pattern that ends with its only parameter, a catch-all '/{**name}' without a constraint or default, and that name.</summary>
+    private static (string Prefix, string Name)? CatchAllPrefix(string pattern)
+    {
+        var start = pattern.IndexOf("/{**", StringComparison.Ordinal);
+        if (start < 0 || !pattern.EndsWith('}') || pattern.AsSpan(0, start).IndexOfAny('{', '}') >= 0 || (start > 0 && pattern[0] != '/'))
+        {
+            return null;
+        }
+
+        var name = pattern[(start + 4)..^1];
+        return name.Length > 0 && !name.Any(":=?{}*/".Contains) ? (pattern[..start], name) : null;
+    }
 
     /// <summary>A PathPrefix as YARP makes it a path, where it can go as written (YARP escapes '[' and ']' in a path), or null.</summary>
     private static string? Added(KeyValuePair<string, string> transform)

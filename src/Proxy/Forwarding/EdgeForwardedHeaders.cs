@@ -66,7 +66,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         }
 
         // Last, after any transform that could change the path or query.
-        if (ClientTarget.For(transforms) is { } clientTarget)
+        if (ClientTarget.For(transforms, context.Route.Match.Path) is { } clientTarget)
         {
             context.RequestTransforms.Add(clientTarget);
         }

@@ -40,6 +40,8 @@ public sealed class SmugglingTests : IAsyncLifetime
             .Route("slashed", "app", "/slashed/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/slashed" }, new JsonObject { ["PathPrefix"] = "/v2/" }) })
             .Route("slashes", "app", "/slashes/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "//" }) })
             .Route("bracketed", "app", "/bracketed/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "/v[2]" }) })
+            .Route("swapped", "app", "/swap/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/v2/{**rest}" }) })
+            .Route("patterned", "app", "/item/{id}/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/items/{id}/{**rest}" }) })
             .Route("twice", "app", "/twice/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "/a" }, new JsonObject { ["PathPrefix"] = "/b" }) })
             .Route("query", "app", "/query/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["QueryValueParameter"] = "added", ["Set"] = "a b" }) })
             .Route("strippedquery", "app", "/stripq/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/stripq" }, new JsonObject { ["QueryRemoveParameter"] = "drop" }) }));
@@ -278,7 +280,8 @@ public sealed class SmugglingTests : IAsyncLifetime
     /// nginx: before, <c>%2F</c> arrived as <c>%252F</c> and <c>%3B</c> as <c>;</c>. Where Kestrel
     /// resolved dot segments before routing, or the target holds what a URI may not, the upstream
     /// gets the path Tern routed on, as YARP writes it; so does a route that rewrites the path other
-    /// than by removing a prefix. A route's Query* transforms change the query alone (before, such a
+    /// than by removing a prefix, adding one, or both (a PathPattern that swaps one literal prefix for
+    /// another does both). A route's Query* transforms change the query alone (before, such a
     /// route sent YARP's path: <c>%2F</c> as <c>%252F</c>).
     /// </summary>
     [Theory]
@@ -301,6 +304,12 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("/moved", "/v2")] // as YARP: the prefix alone where nothing is left
     [InlineData("/moved?x=1", "/v2?x=1")]
     [InlineData("/twice/a%2Fb", "/b/a/twice/a%252Fb")] // two prefixes: YARP's target
+    [InlineData("/swap/a%2Fb%3Bc?x=%2F", "/v2/a%2Fb%3Bc?x=%2F")] // a PathPattern that swaps one prefix for another: removes one, adds one
+    [InlineData("/SWAP/a/b/", "/v2/a/b/")]
+    [InlineData("/swap", "/v2")]
+    [InlineData("/swap/", "/v2/")] // as the client wrote it (YARP sent /v2)
+    [InlineData("/swap/a/%2e%2E/b%2F", "/v2/b%252F")] // a dot segment: Kestrel's path, escaped by YARP
+    [InlineData("/item/a%2Fb/c", "/items/a%252Fb/c")] // any other pattern: YARP's target
     [InlineData("/slashed?x=1", "/v2/?x=1")] // the prefix whole where nothing is left, as YARP
     [InlineData("/slashed/a%2Fb", "/v2/a%2Fb")] // one '/' between
     [InlineData("/slashes/a%2Fb", "//slashes/a%2Fb")]
