@@ -35,6 +35,7 @@ internal static class TransformChecks
                 CheckPathPattern(route, entries, match, problems);
             }
 
+            CheckCatchAll(entries, problems);
             CheckHeaders(entries, problems);
             CheckPathsAndQueries(entries, problems);
             CheckMethod(entries, problems);
@@ -166,6 +167,22 @@ internal static class TransformChecks
         foreach (var name in used.Parameters.Select(p => p.Name).Where(n => !captured.Contains(n)))
         {
             problems.Add(new(entry.Path, $"'{entry.Value}' uses {{{name}}}, which {route.Path}:Match:Path does not capture ({(captured.Count == 0 ? "it captures nothing" : "it captures " + string.Join(", ", captured.Order(StringComparer.OrdinalIgnoreCase).Select(c => "{" + c + "}")))}); YARP would leave it out of the path it sends, or send / where it is required"));
+        }
+
+    }
+
+    /// <summary>A PathPattern's catch-all with one '*' ({*rest}): filled with its '/' escaped, which YARP escapes again (/a/b reached the upstream as /a%252Fb).</summary>
+    private static void CheckCatchAll(Dictionary<string, IConfigurationSection> transform, List<ConfigurationProblem> problems)
+    {
+        var entry = transform.GetValueOrDefault("PathPattern");
+        if (string.IsNullOrEmpty(entry?.Value) || ReverseProxyValidator.Parse(entry.Value) is not { } used)
+        {
+            return;
+        }
+
+        foreach (var name in used.Parameters.Where(p => p.IsCatchAll && p.EncodeSlashes).Select(p => p.Name))
+        {
+            problems.Add(new(entry.Path, $"'{entry.Value}' has {{*{name}}}, a catch-all YARP fills with each '/' escaped and then escapes again: /a/b would reach the upstream as /a%252Fb; write {{**{name}}}"));
         }
     }
 
