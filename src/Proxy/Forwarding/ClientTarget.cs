@@ -41,28 +41,14 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
     private static readonly UriCreationOptions s_asWritten = new() { DangerousDisablePathAndQueryCanonicalization = true };
 
     /// <summary>
-    /// Whether a route's path reaches the upstream as the client's, but for a prefix it removes ("" for
-    /// none): true for routes without YARP's Path* transforms, or with only PathRemovePrefix.
+    /// The prefix a route removes from the client's path and the one it adds before the rest ("" for
+    /// none), where it rewrites the path no other way: no Path* transform, PathRemovePrefix,
+    /// PathPrefix, both, or a PathPattern that swaps one prefix for another (see Swapped); null for
+    /// any other rewrite. PathPrefix's is added where it is written in URI characters YARP leaves
+    /// as they are, without escapes or dot segments.
     /// </summary>
-    public static bool KeepsPath(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, out string removedPrefix)
-    {
-        (var keeps, removedPrefix) = PathTransforms(transforms) switch
-        {
-            [] => (true, ""),
-            [var remove] when Removes(remove) => (true, remove.Value),
-            _ => (false, ""),
-        };
-        return keeps;
-    }
-
-    /// <summary>
-    /// The transform for a route, or null where it rewrites the path otherwise: it may remove a
-    /// prefix, then add one (PathPrefix), which goes before the rest as YARP joins them, where it is
-    /// written in URI characters YARP leaves as they are, without escapes or dot segments.
-    /// </summary>
-    public static ClientTarget? For(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, string? matchPath)
-    {
-        (string Removed, string Added)? prefixes = PathTransforms(transforms) switch
+    public static (string Removed, string Added)? Prefixes(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, string? matchPath) =>
+        PathTransforms(transforms) switch
         {
             [] => ("", ""),
             [var remove] when Removes(remove) => (remove.Value, ""),
@@ -71,10 +57,10 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
             [var pattern] when Swapped(pattern, matchPath) is { } swap => swap,
             _ => null,
         };
-        return prefixes is var (removed, addedPrefix)
-            ? new ClientTarget(removed, addedPrefix, transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase))))
-            : null;
-    }
+
+    /// <summary>The transform for a route with these prefixes (see Prefixes).</summary>
+    public static ClientTarget For(string removed, string added, IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
+        new(removed, added, transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase))));
 
     private static List<KeyValuePair<string, string>> PathTransforms(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
         transforms.SelectMany(t => t).Where(p => p.Key.StartsWith("Path", StringComparison.OrdinalIgnoreCase)).ToList();

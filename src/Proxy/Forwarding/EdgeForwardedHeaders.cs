@@ -44,8 +44,8 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         context.RequestTransforms.Insert(0, NoExpectation.Instance);
         context.RequestTransforms.Insert(0, new NoUnderscoreNames(active));
         var transforms = context.Route.Transforms ?? [];
-        var clientPrefix = ClientTarget.KeepsPath(transforms, out var removedPrefix) ? removedPrefix.TrimEnd('/') + "/" : null;
-        context.ResponseTransforms.Insert(0, new UpstreamResponseHeaders(active, clientPrefix));
+        var prefixes = ClientTarget.Prefixes(transforms, context.Route.Match.Path);
+        context.ResponseTransforms.Insert(0, new UpstreamResponseHeaders(active, prefixes is var (removed, added) ? new(removed.TrimEnd('/') + "/", added.TrimEnd('/')) : null));
 
         // A route with its own X-Forwarded or Forwarded transform has already turned the defaults off.
         if (context.UseDefaultForwarders ?? true)
@@ -66,9 +66,9 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         }
 
         // Last, after any transform that could change the path or query.
-        if (ClientTarget.For(transforms, context.Route.Match.Path) is { } clientTarget)
+        if (prefixes is var (removedPrefix, addedPrefix))
         {
-            context.RequestTransforms.Add(clientTarget);
+            context.RequestTransforms.Add(ClientTarget.For(removedPrefix, addedPrefix, transforms));
         }
     }
 
@@ -224,10 +224,12 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     /// or from the Host it got where a route turns RequestHeaderOriginalHost off) becomes the path
     /// the client used, as nginx's proxy_redirect default does (a Refresh header's URL too), unless
     /// Tern:Forwarding:RewriteRedirects is off: on routes whose path reaches the upstream as the
-    /// client sent it, or with a prefix removed (PathRemovePrefix), which clientPrefix puts back.
+    /// client sent it, or with a prefix removed, added, or both (see ClientTarget.Prefixes): one at
+    /// the destination's address and under the added prefix has it taken off and the removed one put
+    /// back, as nginx's proxy_redirect default does for location /old/ { proxy_pass http://app/new/; }.
     /// First of the response transforms, so that a route may set its own.
     /// </summary>
-    private sealed class UpstreamResponseHeaders(ActiveConfiguration active, string? clientPrefix) : ResponseTransform
+    private sealed class UpstreamResponseHeaders(ActiveConfiguration active, RoutePrefixes? prefixes) : ResponseTransform
     {
         public override ValueTask ApplyAsync(ResponseTransformContext context)
         {
@@ -243,7 +245,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
                 headers.Remove(HeaderNames.Server);
             }
 
-            if (clientPrefix is null || !settings.RewriteRedirects)
+            if (prefixes is not var (clientPrefix, upstreamPrefix) || !settings.RewriteRedirects)
             {
                 return ValueTask.CompletedTask;
             }
@@ -254,12 +256,12 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
                 && context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config is { } destination)
             {
                 var scheme = context.HttpContext.Request.Scheme;
-                if (location.Count == 1 && Rewritten(location[0]!, destination, scheme, clientPrefix, ClientLocation) is { } clientLocation)
+                if (location.Count == 1 && Rewritten(location[0]!, destination, scheme, clientPrefix, upstreamPrefix, ClientLocation) is { } clientLocation)
                 {
                     headers.Location = clientLocation;
                 }
 
-                if (refresh.Count == 1 && Rewritten(refresh[0]!, destination, scheme, clientPrefix, ClientRefresh) is { } clientRefresh)
+                if (refresh.Count == 1 && Rewritten(refresh[0]!, destination, scheme, clientPrefix, upstreamPrefix, ClientRefresh) is { } clientRefresh)
                 {
                     headers[Refresh] = clientRefresh;
                 }
@@ -293,19 +295,25 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         /// left alone: made a path, it would send the client back where it was, again and again.
         /// Null where it points elsewhere.
         /// </summary>
-        private static string? Rewritten(string value, DestinationConfig destination, string scheme, string clientPrefix, Func<string, string, string, string?> rewrite)
+        private static string? Rewritten(string value, DestinationConfig destination, string scheme, string clientPrefix, string upstreamPrefix, Func<string, string, string, string?> rewrite)
         {
-            var own = rewrite(value, destination.Address, clientPrefix);
+            var own = rewrite(value, Under(destination.Address), clientPrefix);
             if (own is not null || destination.Host is not { Length: > 0 } host)
             {
                 return own;
             }
 
             var path = Uri.TryCreate(destination.Address, UriKind.Absolute, out var address) ? address.AbsolutePath : "/";
-            return rewrite(value, $"{scheme}://{host}{path}", clientPrefix)
-                ?? (scheme == Uri.UriSchemeHttps ? rewrite(value, $"http://{host}{path}", clientPrefix) : null);
+            return rewrite(value, Under($"{scheme}://{host}{path}"), clientPrefix)
+                ?? (scheme == Uri.UriSchemeHttps ? rewrite(value, Under($"http://{host}{path}"), clientPrefix) : null);
+
+            // The address the route's path goes under: the destination's, then the prefix it adds.
+            string Under(string origin) => upstreamPrefix.Length == 0 ? origin : origin.TrimEnd('/') + upstreamPrefix;
         }
     }
+
+    /// <summary>What a route's client path starts with ("/", or "/app/" where it removes /app), and what the path it sends starts with ("" or, where it adds one, "/v2").</summary>
+    private sealed record RoutePrefixes(string Client, string Upstream);
 
     /// <summary>
     /// What the client's path for a Location at the destination's address is (its scheme and host in

@@ -10,7 +10,8 @@ namespace Tern.Tests.Forwarding;
 /// HTTP_X_FORWARDED_FOR, a dash and an underscore alike, so a client's X_Forwarded_For would arrive
 /// under the name of the header Tern sets), and the upstream's Server response header, which names
 /// its software and version (Tern:Forwarding:PassServerHeader); and a redirect to the upstream's own
-/// address, which becomes the path the client used (Tern:Forwarding:RewriteRedirects).
+/// address, which becomes the path the client used (Tern:Forwarding:RewriteRedirects), the prefixes
+/// a route removes and adds swapped back.
 /// </summary>
 public sealed class HeaderDefaultsTests : IAsyncLifetime
 {
@@ -22,7 +23,9 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
         _upstream = await TestUpstream.StartAsync();
         var config = TernConfig.To(Proxy.Tls.TlsEngines.OpenSsl, _upstream)
             .Route("app", "app", "/app/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/app" }) })
-            .Route("set", "app", "/set/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathSet"] = "/redirect" }) });
+            .Route("set", "app", "/set/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathSet"] = "/redirect" }) })
+            .Route("moved", "app", "/moved/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/moved" }, new JsonObject { ["PathPrefix"] = "/v2" }) })
+            .Route("swapped", "app", "/old/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/v2/{**rest}" }) });
         _tern = await TernInstance.StartAsync(config);
     }
 
@@ -123,6 +126,11 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     [InlineData("/redirect", "{self}\\evil.com/x", "{self}\\evil.com/x")] // made /\evil.com/x, a browser would go to evil.com: left alone
     [InlineData("/redirect", "{self}/evil.com/x", "/evil.com/x")] // the slashes before it are one
     [InlineData("/set/x", "{self}login", "{self}login")] // a route that rewrites the path otherwise: left alone
+    [InlineData("/moved/redirect", "{self}v2/login?x=1", "/moved/login?x=1")] // a route that removes /moved and adds /v2: /v2 taken off, /moved put back
+    [InlineData("/moved/redirect", "{self}v2", "/moved/")]
+    [InlineData("/old/redirect", "{self}v2/login", "/old/login")] // a PathPattern that swaps /old for /v2, alike
+    [InlineData("/old/redirect", "{self}login", "{self}login")] // not under the prefix the route adds: left alone, as by nginx
+    [InlineData("/old/redirect", "{self}v22/login", "{self}v22/login")]
     public async Task RedirectToTheUpstreamsOwnAddress_BecomesTheClientsPath(string path, string location, string expected)
     {
         var self = _upstream.Address.ToString(); // http://127.0.0.1:port/
@@ -142,6 +150,7 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     [InlineData("/app/refresh", "0;URL='{self}login?x=1'", "0;URL='/app/login?x=1'")] // quoted, the prefix put back
     [InlineData("/refresh", "3; url=https://elsewhere.test/", "3; url=https://elsewhere.test/")]
     [InlineData("/refresh", "30", "30")]
+    [InlineData("/old/refresh", "1; url={self}v2/next", "1; url=/old/next")] // a route that swaps /old for /v2
     public async Task RefreshToTheUpstreamsOwnAddress_BecomesTheClientsPath(string path, string refresh, string expected)
     {
         var self = _upstream.Address.ToString();

@@ -122,14 +122,19 @@ public sealed class TestUpstream : IAsyncDisposable
         app.MapGet("/bytes/{length:int}", (int length) => Results.Bytes(Pattern(length), "application/octet-stream"));
         app.MapGet("/headers", (HttpContext context) => Results.Json(context.Request.Headers.ToDictionary(h => h.Key, h => h.Value.ToString())));
         app.MapGet("/name", () => name);
-        // A redirect to ?to=, as given (an absolute URL at the upstream's own address, say).
-        app.MapGet("/redirect", (HttpContext context) =>
+        // A redirect to ?to=, as given (an absolute URL at the upstream's own address, say), and a
+        // page that sends the client on with a Refresh header, ?value= as given; under /v2 too, for
+        // routes that add that prefix.
+        foreach (var under in new[] { "", "/v2" })
         {
-            context.Response.StatusCode = StatusCodes.Status302Found;
-            context.Response.Headers.Location = context.Request.Query["to"];
-        });
-        // A page that sends the client on with a Refresh header, ?value= as given.
-        app.MapGet("/refresh", (HttpContext context) => context.Response.Headers["Refresh"] = context.Request.Query["value"]);
+            app.MapGet(under + "/redirect", (HttpContext context) =>
+            {
+                context.Response.StatusCode = StatusCodes.Status302Found;
+                context.Response.Headers.Location = context.Request.Query["to"];
+            });
+            app.MapGet(under + "/refresh", (HttpContext context) => context.Response.Headers["Refresh"] = context.Request.Query["value"]);
+        }
+
         app.MapGet("/slow/{milliseconds:int}", async (int milliseconds, HttpContext context) =>
         {
             await Task.Delay(milliseconds, context.RequestAborted);
