@@ -35,7 +35,7 @@ internal static class TransformChecks
                 CheckPathPattern(route, entries, match, problems);
             }
 
-            CheckCatchAll(entries, problems);
+            CheckCatchAll(entries, match, problems);
             CheckHeaders(entries, problems);
             CheckPathsAndQueries(entries, problems);
             CheckMethod(entries, problems);
@@ -171,8 +171,12 @@ internal static class TransformChecks
 
     }
 
-    /// <summary>A PathPattern's catch-all with one '*' ({*rest}): filled with its '/' escaped, which YARP escapes again (/a/b reached the upstream as /a%252Fb).</summary>
-    private static void CheckCatchAll(Dictionary<string, IConfigurationSection> transform, List<ConfigurationProblem> problems)
+    /// <summary>
+    /// A PathPattern's catch-all with one '*' ({*rest}) for a value the route's Match:Path catches
+    /// whole ({**rest} or {*rest}): filled with its '/' escaped, which YARP escapes again (/a/b
+    /// reached the upstream as /a%252Fb). A value of one segment ({rest}) has no '/' to escape.
+    /// </summary>
+    private static void CheckCatchAll(Dictionary<string, IConfigurationSection> transform, RoutePattern? match, List<ConfigurationProblem> problems)
     {
         var entry = transform.GetValueOrDefault("PathPattern");
         if (string.IsNullOrEmpty(entry?.Value) || ReverseProxyValidator.Parse(entry.Value) is not { } used)
@@ -180,7 +184,7 @@ internal static class TransformChecks
             return;
         }
 
-        foreach (var name in used.Parameters.Where(p => p.IsCatchAll && p.EncodeSlashes).Select(p => p.Name))
+        foreach (var name in used.Parameters.Where(p => p.IsCatchAll && p.EncodeSlashes && match?.GetParameter(p.Name) is { IsCatchAll: true }).Select(p => p.Name))
         {
             problems.Add(new(entry.Path, $"'{entry.Value}' has {{*{name}}}, a catch-all YARP fills with each '/' escaped and then escapes again: /a/b would reach the upstream as /a%252Fb; write {{**{name}}}"));
         }

@@ -88,11 +88,6 @@ internal static class EdgeRequests
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "the target holds bytes above 0x7F unescaped; percent-encode them");
         }
 
-        if (Sent(request.Method) is { } sent)
-        {
-            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status501NotImplemented, $"the method '{request.Method}' is not {sent} (methods are case-sensitive), and Tern's HTTP client would send it as {sent}");
-        }
-
         if (HttpMethods.IsTrace(request.Method))
         {
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status405MethodNotAllowed, "Tern does not forward TRACE, whose answer would echo the request's cookies and credentials");
@@ -101,6 +96,11 @@ internal static class EdgeRequests
         if (HttpMethods.IsConnect(request.Method) && !IsWebSocket(context.Features.Get<IHttpExtendedConnectFeature>()))
         {
             return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status405MethodNotAllowed, "Tern is a reverse proxy and does not tunnel CONNECT (HTTP/2's extended CONNECT, for WebSockets only)");
+        }
+
+        if (Sent(request.Method) is { } sent)
+        {
+            return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status501NotImplemented, $"the method '{request.Method}' is not {sent} (methods are case-sensitive), and Tern's HTTP client would send it as {sent}");
         }
 
         if (request.Path.Value is "" or "/" && HttpMethods.IsOptions(request.Method) && AsksAboutTheServer(context.Features.Get<IHttpRequestFeature>()?.RawTarget))
@@ -156,18 +156,44 @@ internal static class EdgeRequests
     /// reads one of the lines, the upstream something else. 400, as nginx answers the
     /// Authorization, conditional and Content-Range ones (it passes the others on as two lines,
     /// which .NET cannot send); Origin too, which a check against cross-site requests reads.
-    /// One line with commas is the client's own value, and passes.
+    /// One line with commas is the client's own value, and passes; so do lines that all say the
+    /// same (PHP code that merges header arrays sends a Content-Type twice), forwarded as one.
     /// </summary>
-    private static string? Repeated(IHeaderDictionary headers) =>
-        headers.Authorization.Count > 1 ? HeaderNames.Authorization
-        : headers.ContentType.Count > 1 ? HeaderNames.ContentType
-        : headers.Range.Count > 1 ? HeaderNames.Range
-        : headers.IfRange.Count > 1 ? HeaderNames.IfRange
-        : headers.IfModifiedSince.Count > 1 ? HeaderNames.IfModifiedSince
-        : headers.IfUnmodifiedSince.Count > 1 ? HeaderNames.IfUnmodifiedSince
-        : headers.ContentRange.Count > 1 ? HeaderNames.ContentRange
-        : headers.Origin.Count > 1 ? HeaderNames.Origin
-        : null;
+    private static string? Repeated(IHeaderDictionary headers)
+    {
+        if (headers.Authorization.Count < 2 && headers.ContentType.Count < 2 && headers.Range.Count < 2 && headers.IfRange.Count < 2
+            && headers.IfModifiedSince.Count < 2 && headers.IfUnmodifiedSince.Count < 2 && headers.ContentRange.Count < 2 && headers.Origin.Count < 2)
+        {
+            return null;
+        }
+
+        foreach (var name in s_oneValue)
+        {
+            var lines = headers[name];
+            if (lines.Count < 2)
+            {
+                continue;
+            }
+
+            foreach (var line in lines)
+            {
+                if (!string.Equals(line, lines[0], StringComparison.Ordinal))
+                {
+                    return name;
+                }
+            }
+
+            headers[name] = lines[0];
+        }
+
+        return null;
+    }
+
+    private static readonly string[] s_oneValue =
+    [
+        HeaderNames.Authorization, HeaderNames.ContentType, HeaderNames.Range, HeaderNames.IfRange,
+        HeaderNames.IfModifiedSince, HeaderNames.IfUnmodifiedSince, HeaderNames.ContentRange, HeaderNames.Origin,
+    ];
 
     /// <summary>
     /// Whether the decoded path has a ".." segment an upstream could resolve, which Kestrel, having
@@ -213,8 +239,9 @@ internal static class EdgeRequests
     /// plain (and 'chunked, chunked' half decoded). RFC 9112 (6.1) asks for 501 for a coding a
     /// server does not decode, and has an HTTP/1.0 request's Transfer-Encoding taken as framing
     /// gone wrong, which Kestrel read as chunked (and a server before Tern may read by its
-    /// Content-Length: a way to smuggle a request). Both as nginx answers them, and the connection
-    /// closed, since the body's end is in doubt.
+    /// Content-Length: a way to smuggle a request). Both as nginx answers them (501 and 400), and
+    /// the connection closed, since the body's end is in doubt. HTTP/2 frames a body itself: a
+    /// transfer-encoding there, which Kestrel accepts, is not forwarded, and not looked at.
     /// </summary>
     private static (int Status, string Reason)? RefusedFraming(HttpRequest request)
     {
@@ -223,8 +250,24 @@ internal static class EdgeRequests
             return (StatusCodes.Status400BadRequest, "an HTTP/1.0 request cannot be framed by Transfer-Encoding (RFC 9112, 6.1)");
         }
 
-        var codings = request.Headers.TransferEncoding;
-        return codings.Count == 1 && codings[0].AsSpan().Trim(" \t").Equals("chunked", StringComparison.OrdinalIgnoreCase)
+        if (!HttpProtocol.IsHttp11(request.Protocol))
+        {
+            return null; // HTTP/2 frames a body itself; Kestrel accepts the header there, and it is not forwarded
+        }
+
+        // A list: empty elements are no coding (RFC 9110, 5.6.1).
+        var codings = 0;
+        var chunked = true;
+        foreach (var line in request.Headers.TransferEncoding)
+        {
+            foreach (var coding in (line ?? "").Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries))
+            {
+                codings++;
+                chunked &= coding.Equals("chunked", StringComparison.OrdinalIgnoreCase);
+            }
+        }
+
+        return codings == 1 && chunked
             ? null
             : (StatusCodes.Status501NotImplemented, "Tern decodes no transfer coding but chunked, and this request's Transfer-Encoding names another, or chunked twice");
     }

@@ -213,8 +213,9 @@ internal static class ProxyErrorResponses
     internal static async Task RespondAsync(HttpContext context, int status, string reason, bool close = false)
     {
         context.Response.Clear();
-        if (close)
+        if (close && !HttpProtocol.IsHttp2(context.Request.Protocol) && !HttpProtocol.IsHttp3(context.Request.Protocol))
         {
+            // HTTP/1.x only: Kestrel drops a Connection header from an HTTP/2 or HTTP/3 answer, with a warning.
             context.Response.Headers.Connection = "close";
         }
 
