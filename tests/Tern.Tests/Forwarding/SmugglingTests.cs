@@ -325,18 +325,9 @@ public sealed class SmugglingTests : IAsyncLifetime
         foreach (var http2 in new[] { false, true })
         {
             _upstream.Clear();
-            await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: http2);
-            if (http2)
-            {
-                Assert.Equal("200", await Http2Exchange(client.Stream, [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", target)], null));
-            }
-            else
-            {
-                await client.WriteAsync($"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-                var answer = await client.ReadUntilAsync("\0");
-                Assert.True(answer.StartsWith("HTTP/1.1 200 ", StringComparison.Ordinal), answer);
-            }
+            var (status, answer) = await ExchangeAsync(http2, "GET", target);
 
+            Assert.True(status == "200", answer ?? status);
             Assert.Equal(forwarded, Assert.Single(_upstream.Requests).Target);
             Assert.Empty(_upstream.Violations);
         }
@@ -441,21 +432,10 @@ public sealed class SmugglingTests : IAsyncLifetime
         foreach (var http2 in new[] { false, true })
         {
             _upstream.Clear();
-            await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: http2);
-            string status;
-            if (http2)
+            var (status, answer) = await ExchangeAsync(http2, "GET", "/a", (name, first), (name, second));
+            if (answer is not null && refused is not null)
             {
-                status = await Http2Exchange(client.Stream, [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", "/a"), (name, first), (name, second)], null);
-            }
-            else
-            {
-                await client.WriteAsync($"GET /a HTTP/1.1\r\nHost: localhost\r\n{name}: {first}\r\n{name}: {second}\r\nConnection: close\r\n\r\n");
-                var answer = await client.ReadUntilAsync("\0");
-                status = answer[9..12];
-                if (refused is not null)
-                {
-                    Assert.Contains($"400 Bad Request: the request has more than one {refused} header, a field that takes one value", answer, StringComparison.Ordinal);
-                }
+                Assert.Contains($"400 Bad Request: the request has more than one {refused} header, a field that takes one value", answer, StringComparison.Ordinal);
             }
 
             Assert.Equal(refused is null ? "200" : "400", status);
@@ -499,21 +479,10 @@ public sealed class SmugglingTests : IAsyncLifetime
         foreach (var http2 in new[] { false, true })
         {
             _upstream.Clear();
-            await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: http2);
-            string answered;
-            if (http2)
+            var (answered, answer) = await ExchangeAsync(http2, method, "/a");
+            if (answer is not null && status == "501")
             {
-                answered = await Http2Exchange(client.Stream, [(":method", method), (":scheme", "https"), (":authority", "localhost"), (":path", "/a")], null);
-            }
-            else
-            {
-                await client.WriteAsync($"{method} /a HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-                var answer = await client.ReadUntilAsync("\0");
-                answered = answer[9..12];
-                if (status == "501")
-                {
-                    Assert.Contains($"501 Not Implemented: the method '{method}' is not {sent} (methods are case-sensitive), and Tern's HTTP client would send it as {sent}", answer, StringComparison.Ordinal);
-                }
+                Assert.Contains($"501 Not Implemented: the method '{method}' is not {sent} (methods are case-sensitive), and Tern's HTTP client would send it as {sent}", answer, StringComparison.Ordinal);
             }
 
             Assert.Equal(status, answered);
@@ -569,21 +538,10 @@ public sealed class SmugglingTests : IAsyncLifetime
         foreach (var http2 in target.StartsWith('/') ? new[] { false, true } : [false])
         {
             _upstream.Clear();
-            await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: http2);
-            string status;
-            if (http2)
+            var (status, answer) = await ExchangeAsync(http2, "GET", target);
+            if (answer is not null && forwarded is null)
             {
-                status = await Http2Exchange(client.Stream, [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", target)], null);
-            }
-            else
-            {
-                await client.WriteAsync($"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-                var answer = await client.ReadUntilAsync("\0");
-                status = answer[9..12];
-                if (forwarded is null)
-                {
-                    Assert.Contains("400 Bad Request: the target's path has a '..' segment that an upstream could resolve to a path Tern did not route (beside an escaped '/', a '\\' or a ';')", answer, StringComparison.Ordinal);
-                }
+                Assert.Contains("400 Bad Request: the target's path has a '..' segment that an upstream could resolve to a path Tern did not route (beside an escaped '/', a '\\' or a ';')", answer, StringComparison.Ordinal);
             }
 
             if (forwarded is null)
@@ -730,6 +688,23 @@ public sealed class SmugglingTests : IAsyncLifetime
     /// One request on stream 1 (<see cref="Http2Frames"/>): "refused" for a RST_STREAM or GOAWAY, the
     /// :status of the response's HEADERS otherwise, "closed" if the connection ends first.
     /// </summary>
+    /// <summary>
+    /// One request without a body on a new connection to the HTTPS listener, over HTTP/2 or
+    /// HTTP/1.1: the status, and over HTTP/1.1 the whole answer (null over HTTP/2).
+    /// </summary>
+    private async Task<(string Status, string? Answer)> ExchangeAsync(bool http2, string method, string target, params (string Name, string Value)[] fields)
+    {
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, http2: http2);
+        if (http2)
+        {
+            return (await Http2Exchange(client.Stream, [(":method", method), (":scheme", "https"), (":authority", "localhost"), (":path", target), .. fields], null), null);
+        }
+
+        await client.WriteAsync($"{method} {target} HTTP/1.1\r\nHost: localhost\r\n{string.Concat(fields.Select(f => $"{f.Name}: {f.Value}\r\n"))}Connection: close\r\n\r\n");
+        var answer = await client.ReadUntilAsync("\0");
+        return (answer[9..12], answer);
+    }
+
     private static async Task<string> Http2Exchange(Stream stream, List<(string Name, string Value)> headers, byte[]? body)
     {
         var output = new MemoryStream();
