@@ -161,6 +161,7 @@ internal static class EdgeRequests
     /// </summary>
     private static string? Repeated(IHeaderDictionary headers)
     {
+        // Kestrel's own properties first: a field read, where a look-up by name compares names.
         if (headers.Authorization.Count < 2 && headers.ContentType.Count < 2 && headers.Range.Count < 2 && headers.IfRange.Count < 2
             && headers.IfModifiedSince.Count < 2 && headers.IfUnmodifiedSince.Count < 2 && headers.ContentRange.Count < 2 && headers.Origin.Count < 2)
         {
@@ -260,10 +261,15 @@ internal static class EdgeRequests
         var chunked = true;
         foreach (var line in request.Headers.TransferEncoding)
         {
-            foreach (var coding in (line ?? "").Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries))
+            var list = line.AsSpan();
+            foreach (var element in list.Split(','))
             {
-                codings++;
-                chunked &= coding.Equals("chunked", StringComparison.OrdinalIgnoreCase);
+                var coding = list[element].Trim(" \t");
+                if (coding.Length > 0)
+                {
+                    codings++;
+                    chunked &= coding.Equals("chunked", StringComparison.OrdinalIgnoreCase);
+                }
             }
         }
 
