@@ -240,8 +240,9 @@ internal static class EdgeRequests
     /// plain (and 'chunked, chunked' half decoded). RFC 9112 (6.1) asks for 501 for a coding a
     /// server does not decode, and has an HTTP/1.0 request's Transfer-Encoding taken as framing
     /// gone wrong, which Kestrel read as chunked (and a server before Tern may read by its
-    /// Content-Length: a way to smuggle a request). Both as nginx answers them (501 and 400), and
-    /// the connection closed, since the body's end is in doubt. HTTP/2 frames a body itself: a
+    /// Content-Length: a way to smuggle a request). Both as nginx answers them (501 and 400; 400
+    /// for two Transfer-Encoding lines too), and the connection closed, since the body's end is in
+    /// doubt. HTTP/2 frames a body itself: a
     /// transfer-encoding there, which Kestrel accepts, is not forwarded, and not looked at.
     /// </summary>
     private static (int Status, string Reason)? RefusedFraming(HttpRequest request)
@@ -256,7 +257,12 @@ internal static class EdgeRequests
             return null; // HTTP/2 frames a body itself; Kestrel accepts the header there, and it is not forwarded
         }
 
-        // A list: empty elements are no coding (RFC 9110, 5.6.1).
+        if (request.Headers.TransferEncoding.Count > 1)
+        {
+            return (StatusCodes.Status400BadRequest, "the request has more than one Transfer-Encoding header");
+        }
+
+        // A list: empty elements are no coding (RFC 9110, 5.6.1); only spaces and tabs are white.
         var codings = 0;
         var chunked = true;
         foreach (var line in request.Headers.TransferEncoding)

@@ -77,7 +77,9 @@ public sealed class SmugglingTests : IAsyncLifetime
         { "framing in a trailer", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n", "200", "/a abc" },
         // Codings Kestrel passes over (it decodes the last, chunked): refused, and the connection closed.
         { "a coding before chunked", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + Smuggled, "501", "" },
-        { "codings on two lines", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + Smuggled, "501", "" },
+        { "codings on two lines", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + Smuggled, "400", "" },
+        { "an empty line before chunked", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: \r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + Smuggled, "400", "" },
+        { "a vertical tab as a coding", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: \v, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + Smuggled, "501", "" },
         { "chunked twice", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + Smuggled, "501", "" },
         { "HTTP/1.0 chunked", "POST /a HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n" + Smuggled, "400", "" },
         { "chunked in capitals", "POST /a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: Chunked \r\n\r\n5\r\nhello\r\n0\r\n\r\n", "200", "/a hello" },
