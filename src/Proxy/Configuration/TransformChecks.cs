@@ -174,7 +174,8 @@ internal static class TransformChecks
     /// <summary>
     /// A PathPattern's catch-all with one '*' ({*rest}) for a value the route's Match:Path catches
     /// whole ({**rest} or {*rest}): filled with its '/' escaped, which YARP escapes again (/a/b
-    /// reached the upstream as /a%252Fb). A value of one segment ({rest}) has no '/' to escape.
+    /// reached the upstream as /a%252Fb). A value of one segment ({rest}) holds no '/', and goes
+    /// alike in either form (its %2F escaped again in both: no PathPattern keeps it).
     /// </summary>
     private static void CheckCatchAll(Dictionary<string, IConfigurationSection> transform, RoutePattern? match, List<ConfigurationProblem> problems)
     {

@@ -58,6 +58,42 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
             _ => null,
         };
 
+    /// <summary>
+    /// How a path an upstream redirects to maps back to the client's, for a route that removes
+    /// and adds these prefixes, as nginx's proxy_redirect default maps proxy_pass's URL back to the
+    /// location's prefix: a path under Upstream goes under Client ("/" or "/app/"), and Upstream
+    /// itself, with a query or fragment or neither, goes as Bare (no client path reaches it where
+    /// Bare is null: a redirect there is left alone).
+    /// </summary>
+    public sealed record Redirects(string Client, string Upstream, string? Bare);
+
+    /// <summary>
+    /// The Redirects of a route with these prefixes, or null where none can be told. Without an
+    /// added prefix, the upstream's paths are the client's but for the removed one, which is put back
+    /// (/login is /app/login). With one, only a path under what the route's own paths become is
+    /// the client's: where Match:Path is /old/{**rest} and /old is swapped for /v2, /v2/x is
+    /// /old/x, and /v2 itself /old (not /old/, which reaches /v2/: an upstream that redirects /v2/
+    /// to /v2 would send the client round); where /add/{**rest} only has /v3 added, /v3/add/x is
+    /// /add/x, and /v3/x is no path of the route, left alone, as nginx does. A route with other
+    /// parameters in Match:Path has no such prefix: null.
+    /// </summary>
+    public static Redirects? RedirectsFor(string removed, string added, string? matchPath)
+    {
+        var client = removed.TrimEnd('/') + "/";
+        if (added.Length == 0)
+        {
+            return new(client, "", client);
+        }
+
+        var literal = matchPath is null ? "" : CatchAllPrefix(matchPath) is var (prefix, _) ? prefix : null;
+        if (literal is null || WithoutPrefix(literal, removed) is not { } kept)
+        {
+            return null;
+        }
+
+        return new(literal + "/", added.TrimEnd('/') + kept, literal.Length > 0 && (kept.Length > 0 || !added.EndsWith('/')) ? literal : null);
+    }
+
     /// <summary>The transform for a route with these prefixes (see Prefixes).</summary>
     public static ClientTarget For(string removed, string added, IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
         new(removed, added, transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase))));

@@ -45,7 +45,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         context.RequestTransforms.Insert(0, new NoUnderscoreNames(active));
         var transforms = context.Route.Transforms ?? [];
         var prefixes = ClientTarget.Prefixes(transforms, context.Route.Match.Path);
-        context.ResponseTransforms.Insert(0, new UpstreamResponseHeaders(active, prefixes is var (removed, added) ? new(removed.TrimEnd('/') + "/", added.TrimEnd('/')) : null));
+        context.ResponseTransforms.Insert(0, new UpstreamResponseHeaders(active, prefixes is var (removed, added) ? ClientTarget.RedirectsFor(removed, added, context.Route.Match.Path) : null));
 
         // A route with its own X-Forwarded or Forwarded transform has already turned the defaults off.
         if (context.UseDefaultForwarders ?? true)
@@ -224,12 +224,10 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     /// or from the Host it got where a route turns RequestHeaderOriginalHost off) becomes the path
     /// the client used, as nginx's proxy_redirect default does (a Refresh header's URL too), unless
     /// Tern:Forwarding:RewriteRedirects is off: on routes whose path reaches the upstream as the
-    /// client sent it, or with a prefix removed, added, or both (see ClientTarget.Prefixes): one at
-    /// the destination's address and under the added prefix has it taken off and the removed one put
-    /// back, as nginx's proxy_redirect default does for location /old/ { proxy_pass http://app/new/; }.
+    /// client sent it, or with a prefix removed, added, or both (see ClientTarget.RedirectsFor).
     /// First of the response transforms, so that a route may set its own.
     /// </summary>
-    private sealed class UpstreamResponseHeaders(ActiveConfiguration active, RoutePrefixes? prefixes) : ResponseTransform
+    private sealed class UpstreamResponseHeaders(ActiveConfiguration active, ClientTarget.Redirects? redirects) : ResponseTransform
     {
         public override ValueTask ApplyAsync(ResponseTransformContext context)
         {
@@ -245,7 +243,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
                 headers.Remove(HeaderNames.Server);
             }
 
-            if (prefixes is not var (clientPrefix, upstreamPrefix) || !settings.RewriteRedirects)
+            if (redirects is null || !settings.RewriteRedirects)
             {
                 return ValueTask.CompletedTask;
             }
@@ -256,12 +254,12 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
                 && context.HttpContext.Features.Get<IReverseProxyFeature>()?.ProxiedDestination?.Model.Config is { } destination)
             {
                 var scheme = context.HttpContext.Request.Scheme;
-                if (location.Count == 1 && Rewritten(location[0]!, destination, scheme, clientPrefix, upstreamPrefix, ClientLocation) is { } clientLocation)
+                if (location.Count == 1 && Rewritten(location[0]!, destination, scheme, redirects, ClientLocation) is { } clientLocation)
                 {
                     headers.Location = clientLocation;
                 }
 
-                if (refresh.Count == 1 && Rewritten(refresh[0]!, destination, scheme, clientPrefix, upstreamPrefix, ClientRefresh) is { } clientRefresh)
+                if (refresh.Count == 1 && Rewritten(refresh[0]!, destination, scheme, redirects, ClientRefresh) is { } clientRefresh)
                 {
                     headers[Refresh] = clientRefresh;
                 }
@@ -295,49 +293,51 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         /// left alone: made a path, it would send the client back where it was, again and again.
         /// Null where it points elsewhere.
         /// </summary>
-        private static string? Rewritten(string value, DestinationConfig destination, string scheme, string clientPrefix, string upstreamPrefix, Func<string, string, string, string?> rewrite)
+        private static string? Rewritten(string value, DestinationConfig destination, string scheme, ClientTarget.Redirects redirects, Func<string, string, ClientTarget.Redirects, string?> rewrite)
         {
-            var own = rewrite(value, Under(destination.Address), clientPrefix);
+            var own = rewrite(value, destination.Address, redirects);
             if (own is not null || destination.Host is not { Length: > 0 } host)
             {
                 return own;
             }
 
             var path = Uri.TryCreate(destination.Address, UriKind.Absolute, out var address) ? address.AbsolutePath : "/";
-            return rewrite(value, Under($"{scheme}://{host}{path}"), clientPrefix)
-                ?? (scheme == Uri.UriSchemeHttps ? rewrite(value, Under($"http://{host}{path}"), clientPrefix) : null);
-
-            // The address the route's path goes under: the destination's, then the prefix it adds.
-            string Under(string origin) => upstreamPrefix.Length == 0 ? origin : origin.TrimEnd('/') + upstreamPrefix;
+            return rewrite(value, $"{scheme}://{host}{path}", redirects)
+                ?? (scheme == Uri.UriSchemeHttps ? rewrite(value, $"http://{host}{path}", redirects) : null);
         }
     }
 
-    /// <summary>What a route's client path starts with ("/", or "/app/" where it removes /app), and what the path it sends starts with ("" or, where it adds one, "/v2").</summary>
-    private sealed record RoutePrefixes(string Client, string Upstream);
-
     /// <summary>
-    /// What the client's path for a Location at the destination's address is (its scheme and host in
-    /// any case), or null for a Location elsewhere: http://10.0.0.5:8080/login from the destination
+    /// What the client's path for a Location at the destination's address, under the path the route
+    /// sends there (see ClientTarget.Redirects), is, or null for a Location elsewhere: its scheme
+    /// and host in any case, its path as written. http://10.0.0.5:8080/login from the destination
     /// http://10.0.0.5:8080/ is /login, or /app/login where the route removed the prefix /app.
     /// </summary>
-    internal static string? ClientLocation(string location, string address, string clientPrefix)
+    internal static string? ClientLocation(string location, string address, ClientTarget.Redirects redirects)
     {
         var origin = address.AsSpan().TrimEnd('/');
-        if (!location.StartsWith(origin, StringComparison.OrdinalIgnoreCase))
+        var authority = origin.IndexOf("://", StringComparison.Ordinal) + 3;
+        var pathStart = authority < 3 || origin[authority..].IndexOf('/') is var slash && slash < 0 ? origin.Length : authority + slash;
+        var under = string.Concat(origin[pathStart..], redirects.Upstream);
+        if (location.Length < pathStart + under.Length
+            || !location.AsSpan(0, pathStart).Equals(origin[..pathStart], StringComparison.OrdinalIgnoreCase)
+            || !location.AsSpan(pathStart).StartsWith(under, StringComparison.Ordinal))
         {
             return null;
         }
 
-        var rest = location.AsSpan(origin.Length);
+        var rest = location.AsSpan(pathStart + under.Length);
         if (rest.Length > 0 && rest[0] is not ('/' or '?' or '#'))
         {
-            return null; // http://10.0.0.5:80801/, another port
+            return null; // http://10.0.0.5:80801/, another port; /v22 under /v2
         }
 
         // A browser reads a path that starts //, or /\ (and one with a tab or line break, which
         // it strips), as another host: http://app/\evil.com/x must not become /\evil.com/x.
-        var path = string.Concat(clientPrefix, rest.TrimStart('/'));
-        return path.StartsWith("//", StringComparison.Ordinal) || path.StartsWith("/\\", StringComparison.Ordinal) || path.AsSpan().IndexOfAnyInRange('\0', '\x1f') >= 0 ? null : path;
+        var path = rest.Length > 0 && rest[0] == '/' ? string.Concat(redirects.Client, rest.TrimStart('/'))
+            : redirects.Bare is { } bare ? string.Concat(bare, rest)
+            : null;
+        return path is null || path.StartsWith("//", StringComparison.Ordinal) || path.StartsWith("/\\", StringComparison.Ordinal) || path.AsSpan().IndexOfAnyInRange('\0', '\x1f') >= 0 ? null : path;
     }
 
     /// <summary>
@@ -346,7 +346,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     /// or null where it has none at the destination's address. The URL follows <c>url=</c> (any case,
     /// spaces or tabs around the <c>=</c>), in quotes or to the end.
     /// </summary>
-    internal static string? ClientRefresh(string refresh, string address, string clientPrefix)
+    internal static string? ClientRefresh(string refresh, string address, ClientTarget.Redirects redirects)
     {
         // The first "url" with an '=' after it (spaces and tabs between), as HTML reads a refresh.
         var start = -1;
@@ -369,7 +369,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
             start++;
         }
 
-        return ClientLocation(refresh[start..end], address, clientPrefix) is { } location
+        return ClientLocation(refresh[start..end], address, redirects) is { } location
             ? string.Concat(refresh.AsSpan(0, start), location, refresh.AsSpan(end))
             : null;
     }

@@ -127,10 +127,12 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     [InlineData("/redirect", "{self}/evil.com/x", "/evil.com/x")] // the slashes before it are one
     [InlineData("/set/x", "{self}login", "{self}login")] // a route that rewrites the path otherwise: left alone
     [InlineData("/moved/redirect", "{self}v2/login?x=1", "/moved/login?x=1")] // a route that removes /moved and adds /v2: /v2 taken off, /moved put back
-    [InlineData("/moved/redirect", "{self}v2", "/moved/")]
+    [InlineData("/moved/redirect", "{self}v2", "/moved")] // /v2 itself: /moved reaches it (/moved/ reaches /v2/)
     [InlineData("/old/redirect", "{self}v2/login", "/old/login")] // a PathPattern that swaps /old for /v2, alike
     [InlineData("/old/redirect", "{self}login", "{self}login")] // not under the prefix the route adds: left alone, as by nginx
     [InlineData("/old/redirect", "{self}v22/login", "{self}v22/login")]
+    [InlineData("/old/redirect", "{self}v2?x=1", "/old?x=1")]
+    [InlineData("/old/redirect", "{self}V2/login", "{self}V2/login")] // a path is compared as written
     public async Task RedirectToTheUpstreamsOwnAddress_BecomesTheClientsPath(string path, string location, string expected)
     {
         var self = _upstream.Address.ToString(); // http://127.0.0.1:port/
@@ -172,7 +174,7 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     [InlineData("5; url=", null)]
     [InlineData("5; url='http://10.0.0.5:8080/open", "5; url='/open")] // the quote never closed
     public void ClientRefresh_OnlyItsUrlAtTheDestinationsAddress(string refresh, string? expected) =>
-        Assert.Equal(expected, Proxy.Forwarding.EdgeForwardedHeaders.ClientRefresh(refresh, "http://10.0.0.5:8080/", "/"));
+        Assert.Equal(expected, Proxy.Forwarding.EdgeForwardedHeaders.ClientRefresh(refresh, "http://10.0.0.5:8080/", new("/", "", "/")));
 
     [Theory]
     [InlineData("http://10.0.0.5:8080/login", "http://10.0.0.5:8080/", "/", "/login")]
@@ -180,8 +182,26 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     [InlineData("http://10.0.0.5:80801/login", "http://10.0.0.5:8080/", "/", null)] // another port
     [InlineData("http://10.0.0.5:8080/basement", "http://10.0.0.5:8080/base", "/", null)] // another path
     [InlineData("http://10.0.0.5:8080#top", "http://10.0.0.5:8080", "/", "/#top")]
+    [InlineData("HTTP://10.0.0.5:8080/base/login", "http://10.0.0.5:8080/base", "/", "/login")] // scheme and host in any case
+    [InlineData("http://10.0.0.5:8080/BASE/login", "http://10.0.0.5:8080/base", "/", null)] // a path as written
     public void ClientLocation_OnlyAtTheDestinationsAddress(string location, string address, string prefix, string? expected) =>
-        Assert.Equal(expected, Proxy.Forwarding.EdgeForwardedHeaders.ClientLocation(location, address, prefix));
+        Assert.Equal(expected, Proxy.Forwarding.EdgeForwardedHeaders.ClientLocation(location, address, new(prefix, "", prefix)));
+
+    /// <summary>
+    /// Where a route adds a prefix, only the paths its own become are the client's (as nginx maps
+    /// proxy_pass's URL back to the location's prefix), and the added prefix itself goes back to
+    /// the path that reaches it, or is left alone where none does.
+    /// </summary>
+    [Theory]
+    [InlineData("/old", "/v2", "/old/{**rest}", "/old/", "/v2", "/old")] // a PathPattern's swap
+    [InlineData("/old", "/v2/", "/old/{**rest}", "/old/", "/v2", null)] // /old reaches /v2/, /v2 no path
+    [InlineData("", "/v3", "/add/{**rest}", "/add/", "/v3/add", "/add")] // PathPrefix alone: /v3/x is no path of the route
+    [InlineData("", "/v3", null, "/", "/v3", null)] // a route on every path
+    [InlineData("/app", "", "/app/{**rest}", "/app/", "", "/app/")] // no prefix added: every path, the removed one put back
+    [InlineData("", "/v3", "/add/{id}", null, null, null)] // other parameters: no prefix to tell
+    [InlineData("/other", "/v3", "/add/{**rest}", null, null, null)] // a prefix removed that the route's paths do not have
+    public void RedirectsFor_ARoutesPrefixes(string removed, string added, string? matchPath, string? client, string? upstream, string? bare) =>
+        Assert.Equal(client is null ? null : new Proxy.Forwarding.ClientTarget.Redirects(client, upstream!, bare), Proxy.Forwarding.ClientTarget.RedirectsFor(removed, added, matchPath));
 
     [Fact]
     public async Task RedirectToTheUpstreamsOwnAddress_LeftAloneWhenRewriteRedirectsIsOff()
