@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.Net;
 using Microsoft.Extensions.Primitives;
 using Microsoft.Net.Http.Headers;
@@ -343,43 +344,65 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     /// <summary>
     /// A Refresh header (<c>5; url=http://10.0.0.5:8080/login</c>, HTML's meta refresh as a header,
     /// which nginx's proxy_redirect rewrites too) with its URL made the client's as for a Location,
-    /// or null where it has none at the destination's address. The URL follows <c>url=</c> (any case,
-    /// spaces or tabs around the <c>=</c>), in quotes or to the end.
+    /// or null where it has none at the destination's address. The URL is the one a browser goes to,
+    /// read by HTML's declarative refresh steps: after the delay (digits and dots) and a ';' or ','
+    /// (or white space), an optional <c>url=</c> (any case, white space around the <c>=</c>), then
+    /// the URL in quotes or to the end. So <c>0; http://app/x</c> has one, and in
+    /// <c>0; http://app/go?url=/x</c> it is the whole address, not what follows the inner "url=".
     /// </summary>
+    private static readonly SearchValues<char> s_refreshDelay = SearchValues.Create("0123456789.");
+
     internal static string? ClientRefresh(string refresh, string address, ClientTarget.Redirects redirects)
     {
-        // The first "url" with an '=' after it (spaces and tabs between), as HTML reads a refresh.
-        var start = -1;
-        for (var key = refresh.IndexOf("url", StringComparison.OrdinalIgnoreCase); key >= 0 && start < 0; key = refresh.IndexOf("url", key + 3, StringComparison.OrdinalIgnoreCase))
+        var at = SkipWhite(refresh, 0);
+        var digits = refresh.AsSpan(at).IndexOfAnyExceptInRange('0', '9');
+        if (digits == 0 && refresh[at] != '.')
         {
-            var equals = SkipSpaces(refresh, key + 3);
-            start = equals < refresh.Length && refresh[equals] == '=' ? SkipSpaces(refresh, equals + 1) : -1;
+            return null; // no delay: HTML ignores the header
         }
 
-        if (start < 0)
+        at = refresh.AsSpan(at).IndexOfAnyExcept(s_refreshDelay) is var past and >= 0 ? at + past : refresh.Length;
+        if (at < refresh.Length && refresh[at] is not (';' or ',') && !IsWhite(refresh[at]))
         {
-            return null;
+            return null; // "5x": HTML ignores the header
+        }
+
+        at = SkipWhite(refresh, at);
+        if (at < refresh.Length && refresh[at] is ';' or ',')
+        {
+            at = SkipWhite(refresh, at + 1);
+        }
+
+        if (at < refresh.Length && refresh.AsSpan(at).StartsWith("url", StringComparison.OrdinalIgnoreCase))
+        {
+            var equals = SkipWhite(refresh, at + 3);
+            if (equals < refresh.Length && refresh[equals] == '=')
+            {
+                at = SkipWhite(refresh, equals + 1);
+            }
         }
 
         var end = refresh.Length;
-        if (start < refresh.Length && refresh[start] is '\'' or '"')
+        if (at < refresh.Length && refresh[at] is '\'' or '"')
         {
-            var closing = refresh.IndexOf(refresh[start], start + 1);
+            var closing = refresh.IndexOf(refresh[at], at + 1);
             end = closing < 0 ? refresh.Length : closing;
-            start++;
+            at++;
         }
 
-        return ClientLocation(refresh[start..end], address, redirects) is { } location
-            ? string.Concat(refresh.AsSpan(0, start), location, refresh.AsSpan(end))
+        return at < end && ClientLocation(refresh[at..end], address, redirects) is { } location
+            ? string.Concat(refresh.AsSpan(0, at), location, refresh.AsSpan(end))
             : null;
     }
 
-    /// <summary>Where the first character at or after from that is not a space or a tab is.</summary>
-    private static int SkipSpaces(string text, int from)
+    /// <summary>Where the first character at or after from that is not HTML's white space is.</summary>
+    private static int SkipWhite(string text, int from)
     {
-        var rest = text.AsSpan(from).IndexOfAnyExcept(' ', '\t');
+        var rest = text.AsSpan(from).IndexOfAnyExcept(" \t\n\f\r");
         return rest < 0 ? text.Length : from + rest;
     }
+
+    private static bool IsWhite(char c) => c is ' ' or '\t' or '\n' or '\f' or '\r';
 
     private sealed class ClientForwardedHeaders(ActiveConfiguration active) : RequestTransform
     {

@@ -170,7 +170,14 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     [InlineData("5; url=/login", null)] // relative
     [InlineData("5; urlx=http://10.0.0.5:8080/login", null)]
     [InlineData("5;\tURL\t=\thttp://10.0.0.5:8080/t", "5;\tURL\t=\t/t")]
-    [InlineData("5; curl; url=http://10.0.0.5:8080/second", "5; curl; url=/second")] // the first "url" with an '='
+    [InlineData("5; curl; url=http://10.0.0.5:8080/second", null)] // a browser goes to the relative "curl; url=..."
+    [InlineData("0; http://10.0.0.5:8080/go?url=http://10.0.0.5:8080/x", "0; /go?url=http://10.0.0.5:8080/x")] // no "url=": the whole address
+    [InlineData("5, 'http://10.0.0.5:8080/comma'", "5, '/comma'")]
+    [InlineData("5 url=http://10.0.0.5:8080/space", "5 url=/space")]
+    [InlineData(" .5;url=http://10.0.0.5:8080/dot", " .5;url=/dot")] // a delay of dots and digits
+    [InlineData("url=http://10.0.0.5:8080/nodelay", null)] // no delay: browsers ignore it
+    [InlineData("5x; url=http://10.0.0.5:8080/x", null)]
+    [InlineData("5; url  x=http://10.0.0.5:8080/x", null)]
     [InlineData("5; url=", null)]
     [InlineData("5; url='http://10.0.0.5:8080/open", "5; url='/open")] // the quote never closed
     public void ClientRefresh_OnlyItsUrlAtTheDestinationsAddress(string refresh, string? expected) =>
