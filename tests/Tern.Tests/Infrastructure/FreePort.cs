@@ -7,7 +7,10 @@ namespace Tern.Tests.Infrastructure;
 /// Ports for listeners the tests configure by number (Tern's ports are settings, not 0). They are
 /// taken below the kernel's ephemeral range: a port from that range can be given to an outgoing
 /// connection (of any test running in parallel) between the moment it is handed out here and the
-/// moment Tern binds it, and Kestrel's bind then fails with "address already in use".
+/// moment Tern binds it, and Kestrel's bind then fails with "address already in use". Each port
+/// handed out is also claimed, for this process's life, by a lock on a file named after it: two test
+/// runs at once (a developer's and a review's) would otherwise hand out the same free port, and
+/// the second to bind it fails.
 /// </summary>
 public static class FreePort
 {
@@ -15,6 +18,8 @@ public static class FreePort
     private static readonly Lock s_lock = new();
     private static readonly int s_end = EphemeralStart();
     private static int s_next = Lowest + (int)((long)Environment.ProcessId * 7919 % Math.Max(1, s_end - Lowest));
+    private static readonly string s_claims = Directory.CreateDirectory(Path.Combine(Path.GetTempPath(), $"tern-test-ports-{Environment.UserName}")).FullName;
+    private static readonly List<FileStream> s_claimed = [];
 
     public static int Next()
     {
@@ -24,7 +29,7 @@ public static class FreePort
             {
                 var port = s_next;
                 s_next = s_next + 1 >= s_end ? Lowest : s_next + 1;
-                if (CanBind(port))
+                if (Claim(port) && CanBind(port))
                 {
                     return port;
                 }
@@ -32,6 +37,23 @@ public static class FreePort
         }
 
         throw new InvalidOperationException($"no free port between {Lowest} and {s_end}");
+    }
+
+    /// <summary>
+    /// Whether this process now holds the port's claim (an flock, which the kernel lets go when the
+    /// process ends however it ends, so a killed run leaves no claim behind).
+    /// </summary>
+    private static bool Claim(int port)
+    {
+        try
+        {
+            s_claimed.Add(new FileStream(Path.Combine(s_claims, port.ToString(System.Globalization.CultureInfo.InvariantCulture)), FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.None));
+            return true;
+        }
+        catch (IOException)
+        {
+            return false; // another test run's
+        }
     }
 
     private static bool CanBind(int port)
