@@ -46,7 +46,7 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
             ? root.Providers.OfType<Provider>().Where(p => p.Error is not null).Select(p => new ConfigurationProblem(p.File.Label, p.Error!))
             : [];
 
-    internal sealed class Provider(CheckedJsonFile file) : JsonConfigurationProvider(file)
+    internal sealed class Provider(CheckedJsonFile file) : JsonConfigurationProvider(file), LayeredSources.ILayer
     {
         public CheckedJsonFile File { get; } = file;
 
@@ -55,6 +55,10 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
 
         public override IEnumerable<string> GetChildKeys(IEnumerable<string> earlierKeys, string? parentPath) =>
             _index.ChildKeys(Data, earlierKeys, parentPath);
+
+        public string Label(string key) => File.Label;
+
+        public IEnumerable<string> EmptyLeaves() => _index.EmptyLeaves(Data);
 
         /// <summary>Why the file's content is not in force, or null when it is.</summary>
         public string? Error

@@ -25,6 +25,25 @@ internal sealed class ChildKeyIndex
 
     public IEnumerable<string> ChildKeys(IDictionary<string, string?> data, IEnumerable<string> earlierKeys, string? parentPath)
     {
+        var built = Current(data);
+        var own = parentPath is null ? built.Root : built.Children.GetValueOrDefault(parentPath);
+        var keys = own is null ? earlierKeys : own.Concat(earlierKeys);
+        return keys.OrderBy(key => key, ConfigurationKeyComparer.Instance);
+    }
+
+    /// <summary>
+    /// The keys data sets to an empty value (JSON's null, {} or [], an empty variable) with
+    /// nothing of its own under them: in a later source, meant to take away what an earlier one
+    /// sets under the key, which configuration does not do (see <see cref="LayeredSources"/>).
+    /// </summary>
+    public IEnumerable<string> EmptyLeaves(IDictionary<string, string?> data)
+    {
+        var built = Current(data);
+        return data.Where(pair => string.IsNullOrWhiteSpace(pair.Value) && !built.Children.ContainsKey(pair.Key)).Select(pair => pair.Key);
+    }
+
+    private Built Current(IDictionary<string, string?> data)
+    {
         var built = Volatile.Read(ref _built);
         if (built is null || !ReferenceEquals(built.Data, data) || built.Count != data.Count)
         {
@@ -34,9 +53,7 @@ internal sealed class ChildKeyIndex
             Volatile.Write(ref _built, built);
         }
 
-        var own = parentPath is null ? built.Root : built.Children.GetValueOrDefault(parentPath);
-        var keys = own is null ? earlierKeys : own.Concat(earlierKeys);
-        return keys.OrderBy(key => key, ConfigurationKeyComparer.Instance);
+        return built;
     }
 
     private static Built Build(IDictionary<string, string?> data)
@@ -96,12 +113,16 @@ internal sealed class IndexedEnvironmentVariables : IConfigurationSource
 {
     public IConfigurationProvider Build(IConfigurationBuilder builder) => new Provider();
 
-    private sealed class Provider : EnvironmentVariablesConfigurationProvider
+    private sealed class Provider : EnvironmentVariablesConfigurationProvider, LayeredSources.ILayer
     {
         private readonly ChildKeyIndex _index = new();
 
         public override IEnumerable<string> GetChildKeys(IEnumerable<string> earlierKeys, string? parentPath) =>
             _index.ChildKeys(Data, earlierKeys, parentPath);
+
+        public string Label(string key) => $"the environment ({UnreadSetting.Environment(key)})";
+
+        public IEnumerable<string> EmptyLeaves() => _index.EmptyLeaves(Data);
     }
 }
 
@@ -110,11 +131,15 @@ internal sealed class IndexedCommandLine(IEnumerable<string> args) : IConfigurat
 {
     public IConfigurationProvider Build(IConfigurationBuilder builder) => new Provider(args);
 
-    private sealed class Provider(IEnumerable<string> args) : CommandLineConfigurationProvider(args)
+    private sealed class Provider(IEnumerable<string> args) : CommandLineConfigurationProvider(args), LayeredSources.ILayer
     {
         private readonly ChildKeyIndex _index = new();
 
         public override IEnumerable<string> GetChildKeys(IEnumerable<string> earlierKeys, string? parentPath) =>
             _index.ChildKeys(Data, earlierKeys, parentPath);
+
+        public string Label(string key) => "the command line";
+
+        public IEnumerable<string> EmptyLeaves() => _index.EmptyLeaves(Data);
     }
 }

@@ -44,6 +44,7 @@ public sealed record ConfigurationSnapshot(
     {
         var reader = new SettingReader(configuration);
         reader.Problems.AddRange(CheckedJsonFile.Problems(configuration));
+        reader.Problems.AddRange(LayeredSources.Problems(configuration));
         var settings = TernSettings.Read(reader) with { ListenerLimits = Listeners.ListenerLimits.Read(configuration, reader.Problems) };
         var reverseProxy = Values(configuration, ReverseProxyValidator.Section);
         ReverseProxyValidator.Validate(configuration, reverseProxy, reader.Problems);

@@ -34,4 +34,29 @@ public sealed class SourceOrderTests
         Assert.Equal(TimeSpan.FromSeconds(3), settings.DrainTimeout);
         Assert.Equal(1004, settings.RedirectHttpsPort);
     }
+
+    /// <summary>
+    /// A null, {} or [] in a later source takes nothing away from an earlier one's settings under
+    /// the same key (.NET lays sources over each other key by key): "web": null, written to drop a
+    /// route, left it in force without a word. Refused, naming the key and both sources; an empty
+    /// value over nothing is fine.
+    /// </summary>
+    [Fact]
+    public async Task Sources_EmptyValueOverAnEarlierSection_IsRefusedNamingBoth()
+    {
+        var config = new TernConfig(Proxy.Tls.TlsEngines.OpenSsl).Route("web", "app", "/web/{**rest}").Cluster("app", ["http://127.0.0.1:9/"]);
+        config.Tern["Forwarding"] = new System.Text.Json.Nodes.JsonObject { ["TrustedProxies"] = new System.Text.Json.Nodes.JsonArray("10.0.0.0/8") };
+        var extra = Path.Combine(Directory.CreateTempSubdirectory("tern-extra-").FullName, "extra.json");
+        await File.WriteAllTextAsync(extra, """
+            { "ReverseProxy": { "Routes": { "web": null } },
+              "Tern": { "Forwarding": { "TrustedProxies": [] }, "Metrics": {} } }
+            """);
+
+        var error = await Assert.ThrowsAsync<InvalidOperationException>(() => TernInstance.StartAsync(config, o => o with { ConfigFile = extra }));
+
+        var lines = error.Message.Split('\n').Where(l => l.StartsWith("error: ", StringComparison.Ordinal)).ToList();
+        Assert.Contains($"error: ReverseProxy:Routes:web: a null or empty value in TERN_CONFIG ({extra}) takes nothing away: sources are laid over each other key by key, and what config/appsettings.json sets under ReverseProxy:Routes:web stays in force; a route or cluster is replaced by one of the same name, which overrides its settings one by one (README, \"Pointing Tern at a real app\")", lines);
+        Assert.Contains($"error: Tern:Forwarding:TrustedProxies: a null or empty value in TERN_CONFIG ({extra}) takes nothing away: sources are laid over each other key by key, and what config/appsettings.json sets under Tern:Forwarding:TrustedProxies stays in force; give the settings under it new values instead", lines);
+        Assert.Equal(2, lines.Count);
+    }
 }
