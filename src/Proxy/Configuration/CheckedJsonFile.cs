@@ -1,3 +1,4 @@
+using System.Text.Json;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.Configuration.Json;
 
@@ -52,13 +53,14 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
 
         private readonly ChildKeyIndex _index = new();
         private string? _parseError;
+        private List<string> _emptied = [];
 
         public override IEnumerable<string> GetChildKeys(IEnumerable<string> earlierKeys, string? parentPath) =>
             _index.ChildKeys(Data, earlierKeys, parentPath);
 
         public string Label(string key) => File.Label;
 
-        public IEnumerable<string> EmptyLeaves() => _index.EmptyLeaves(Data);
+        public IEnumerable<string> EmptyLeaves() => _emptied;
 
         /// <summary>Why the file's content is not in force, or null when it is.</summary>
         public string? Error
@@ -89,13 +91,60 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
         {
             try
             {
-                base.Load(stream);
+                var json = new MemoryStream();
+                stream.CopyTo(json);
+                var bytes = json.GetBuffer().AsMemory(0, (int)json.Length);
+                json.Position = 0;
+                base.Load(json); // which closes it
+                _emptied = Emptied(bytes);
                 _parseError = null;
             }
             catch (Exception ex)
             {
+                _emptied = [];
                 _parseError = $"not valid JSON: {(ex.InnerException ?? ex).Message}";
                 throw;
+            }
+        }
+
+        /// <summary>
+        /// The keys written as null or [], which ask for nothing there. Configuration cannot tell
+        /// them from {}, a section left empty (the shipped "Certificates": {}), which is no request
+        /// to take anything away.
+        /// </summary>
+        private static List<string> Emptied(ReadOnlyMemory<byte> json)
+        {
+            var keys = new List<string>();
+            using var document = JsonDocument.Parse(json, new JsonDocumentOptions { CommentHandling = JsonCommentHandling.Skip, AllowTrailingCommas = true });
+            Walk(document.RootElement, null);
+            return keys;
+
+            void Walk(JsonElement element, string? key)
+            {
+                switch (element.ValueKind)
+                {
+                    case JsonValueKind.Object:
+                        foreach (var property in element.EnumerateObject())
+                        {
+                            Walk(property.Value, key is null ? property.Name : ConfigurationPath.Combine(key, property.Name));
+                        }
+
+                        break;
+                    case JsonValueKind.Array when element.GetArrayLength() == 0 && key is not null:
+                        keys.Add(key);
+                        break;
+                    case JsonValueKind.Array:
+                        var index = 0;
+                        foreach (var item in element.EnumerateArray())
+                        {
+                            Walk(item, ConfigurationPath.Combine(key ?? "", (index++).ToString(System.Globalization.CultureInfo.InvariantCulture)));
+                        }
+
+                        break;
+                    case JsonValueKind.Null when key is not null:
+                        keys.Add(key);
+                        break;
+                }
             }
         }
     }

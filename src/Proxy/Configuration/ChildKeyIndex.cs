@@ -32,9 +32,9 @@ internal sealed class ChildKeyIndex
     }
 
     /// <summary>
-    /// The keys data sets to an empty value (JSON's null, {} or [], an empty variable) with
-    /// nothing of its own under them: in a later source, meant to take away what an earlier one
-    /// sets under the key, which configuration does not do (see <see cref="LayeredSources"/>).
+    /// The keys data sets to an empty value (an empty variable or argument) with nothing of its
+    /// own under them: in a later source, meant to take away what an earlier one sets under the
+    /// key, which configuration does not do (see <see cref="LayeredSources"/>).
     /// </summary>
     public IEnumerable<string> EmptyLeaves(IDictionary<string, string?> data)
     {

@@ -3,10 +3,12 @@ using Microsoft.Extensions.Configuration;
 namespace Tern.Proxy.Configuration;
 
 /// <summary>
-/// An empty value in a later source (JSON's null, {} or [], an empty variable) over settings an
-/// earlier one gives under the same key: <c>"default": null</c> in TERN_CONFIG, written to drop the
-/// shipped route. .NET's configuration lays sources over each other key by key, so the empty
-/// value takes nothing away and the route stayed in force without a word. Refused, naming both.
+/// A null or empty value in a later source (JSON's null or [], an empty variable or argument) over
+/// settings an earlier one gives under the same key: <c>"default": null</c> in TERN_CONFIG, written
+/// to drop the shipped route, or <c>"TrustedProxies": []</c> to trust none. .NET's configuration lays
+/// sources over each other key by key, so the value takes nothing away, and the route and the
+/// trusted proxies stayed in force without a word. Refused, naming both. A JSON {} is a section
+/// left empty (a skeleton), and asks for nothing.
 /// </summary>
 internal static class LayeredSources
 {

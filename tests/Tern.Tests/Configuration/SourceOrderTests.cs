@@ -36,10 +36,10 @@ public sealed class SourceOrderTests
     }
 
     /// <summary>
-    /// A null, {} or [] in a later source takes nothing away from an earlier one's settings under
-    /// the same key (.NET lays sources over each other key by key): "web": null, written to drop a
+    /// A null or [] in a later source takes nothing away from an earlier one's settings under the
+    /// same key (.NET lays sources over each other key by key): "web": null, written to drop a
     /// route, left it in force without a word. Refused, naming the key and both sources; an empty
-    /// value over nothing is fine.
+    /// value over nothing, and {} (a section left empty) over anything, are fine.
     /// </summary>
     [Fact]
     public async Task Sources_EmptyValueOverAnEarlierSection_IsRefusedNamingBoth()
@@ -48,8 +48,8 @@ public sealed class SourceOrderTests
         config.Tern["Forwarding"] = new System.Text.Json.Nodes.JsonObject { ["TrustedProxies"] = new System.Text.Json.Nodes.JsonArray("10.0.0.0/8") };
         var extra = Path.Combine(Directory.CreateTempSubdirectory("tern-extra-").FullName, "extra.json");
         await File.WriteAllTextAsync(extra, """
-            { "ReverseProxy": { "Routes": { "web": null } },
-              "Tern": { "Forwarding": { "TrustedProxies": [] }, "Metrics": {} } }
+            { "ReverseProxy": { "Routes": { "web": null }, "Clusters": {} },
+              "Tern": { "Forwarding": { "TrustedProxies": [] }, "Metrics": null } }
             """);
 
         var error = await Assert.ThrowsAsync<InvalidOperationException>(() => TernInstance.StartAsync(config, o => o with { ConfigFile = extra }));
