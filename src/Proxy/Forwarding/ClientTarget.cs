@@ -9,7 +9,8 @@ namespace Tern.Proxy.Forwarding;
 /// on routes that do not rewrite the path, or only remove a prefix from it (PathRemovePrefix:
 /// /npm/@scope%2Fname reaches the upstream as /@scope%2Fname), add one (PathPrefix), or both,
 /// or swap one for another with a PathPattern (/old/{**rest} to /new/{**rest}). A
-/// route's Query* transforms still apply: its path goes as written, with the query they leave.
+/// route's Query* transforms still apply: its path goes as written, and its query as written but
+/// for what they change (<see cref="RawQuery"/>).
 /// </summary>
 /// <remarks>
 /// <para>
@@ -165,9 +166,10 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
 
             if (queryRewritten)
             {
-                // The query as the route's Query* transforms left it: the client's, or, where one changed it, YARP's, rebuilt whole from its decoded values.
+                // The client's query with what the route's Query* transforms changed, and only that.
                 var end = rest.IndexOf('?', StringComparison.Ordinal);
-                rest = string.Concat(end < 0 ? rest : rest[..end], context.Query.QueryString.ToUriComponent());
+                var query = end < 0 ? "" : rest[end..];
+                rest = string.Concat(end < 0 ? rest : rest[..end], RawQuery.Edited(query, context.HttpContext.Request.Query, context.Query.Collection));
             }
 
             // As YARP joins paths: the added prefix before the path left, one '/' between them; the

@@ -320,6 +320,9 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("/bracketed/a%2Fb", "/v%5B2%5D/bracketed/a%252Fb")] // a prefix YARP escapes: YARP's target
     [InlineData("/query/a%2Fb%3Bc?x=%2F", "/query/a%2Fb%3Bc?x=%2F&added=a%20b")] // a route's Query* transforms: the path as written, the query as they leave it
     [InlineData("/stripq/a%2Fb?drop=1&keep=%2F", "/a%2Fb?keep=%2F")]
+    [InlineData("/query/x?a+b=c+d&%41=%7e&flag&a+b=2", "/query/x?a+b=c+d&%41=%7e&flag&a+b=2&added=a%20b")] // the query as written but for the transform's edit (YARP: ?a%20b=c%20d&a%20b=2&A=~&flag=&added=a%20b)
+    [InlineData("/query/x?added=old&z=a+b&added=2", "/query/x?added=a%20b&z=a+b")] // Set: the new value where the name first stood
+    [InlineData("/stripq/x?keep=a+b&drop=1&DROP=2&z", "/x?keep=a+b&z")]
     [InlineData("/stripq/a%2Fb", "/a%2Fb")]
     [InlineData("/query/a/%2e%2e/b%2F", "/query/b%252F?added=a%20b")] // a dot segment: Kestrel's path, escaped by YARP
     public async Task Request_Target_ReachesTheUpstreamAsTheClientWroteIt(string target, string forwarded)
