@@ -17,9 +17,10 @@ internal static class ManagementEndpoints
         var response = context.Response;
         response.ContentType = "text/plain; charset=utf-8";
         response.Headers.CacheControl = "no-store";
-        if (!HttpMethods.IsGet(context.Request.Method) && !HttpMethods.IsHead(context.Request.Method))
+        if (context.Request.Method is not ("GET" or "HEAD"))
         {
-            // Probes and scrapers read; nothing here takes a POST, a DELETE or a TRACE.
+            // Probes and scrapers read; nothing here takes a POST, a DELETE or a TRACE. Methods are
+            // case-sensitive: "head" is not HEAD (Kestrel would send it a body).
             response.StatusCode = StatusCodes.Status405MethodNotAllowed;
             response.Headers.Allow = "GET, HEAD";
             return Text(response, "method not allowed: the management port answers GET and HEAD\n");

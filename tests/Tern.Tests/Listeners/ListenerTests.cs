@@ -350,6 +350,20 @@ public abstract class ListenerTests(string engine) : IAsyncLifetime
         Assert.Equal(HttpStatusCode.OK, head.StatusCode);
     }
 
+    /// <summary>Methods are case-sensitive: "head" is not HEAD, and was answered as a GET with its body.</summary>
+    [Theory]
+    [InlineData("head")]
+    [InlineData("get")]
+    public async Task Management_Endpoints_MethodInAnotherCase_405(string method)
+    {
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.ManagementPort, tls: false);
+        await client.WriteAsync($"{method} /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        var answer = await client.ReadUntilAsync("\0");
+
+        Assert.StartsWith("HTTP/1.1 405 ", answer, StringComparison.Ordinal);
+        Assert.Contains("\r\nAllow: GET, HEAD\r\n", answer, StringComparison.Ordinal);
+    }
+
     [Theory]
     [InlineData("/healthz")]
     [InlineData("/readyz")]
