@@ -169,7 +169,8 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
                 // The client's query with what the route's Query* transforms changed, and only that.
                 var end = rest.IndexOf('?', StringComparison.Ordinal);
                 var query = end < 0 ? "" : rest[end..];
-                rest = string.Concat(end < 0 ? rest : rest[..end], RawQuery.Edited(query, context.HttpContext.Request.Query, context.Query.Collection));
+                var edited = RawQuery.Edited(query, context.HttpContext.Request.Query, context.Query.Collection) ?? context.Query.QueryString.ToUriComponent();
+                rest = string.Concat(end < 0 ? rest : rest[..end], edited);
             }
 
             // As YARP joins paths: the added prefix before the path left, one '/' between them; the

@@ -12,13 +12,24 @@ namespace Tern.Proxy.Forwarding;
 /// over the query (an S3 or CDN signed URL) and an app that reads order or <c>+</c>. Here the
 /// parameters a transform left alone go as written, in place; a removed name's are left out; a
 /// changed one's values are written, escaped as YARP escapes them, where the name first stood; and
-/// appended values, and new names, go at the end.
+/// appended values, and new names, go at the end. A query with a ';' goes as YARP rebuilt it: some upstreams (Rack 2, Go before 1.17, older Python) split parameters on ';'
+/// too, so in ?keep=1;drop=1 they would read the drop a route removes, which YARP's rebuild sent as
+/// drop%3D1, a name without a value.
 /// </summary>
 internal static class RawQuery
 {
-    /// <summary>The query (empty, or starting with '?') edited as <paramref name="edited"/> differs from <paramref name="original"/>, the query's decoded parameters.</summary>
-    public static string Edited(string query, IQueryCollection original, IDictionary<string, StringValues> edited)
+    /// <summary>
+    /// The query (empty, or starting with '?') edited as <paramref name="edited"/> differs from
+    /// <paramref name="original"/>, the query's decoded parameters; null where it holds a ';', to
+    /// be rebuilt.
+    /// </summary>
+    public static string? Edited(string query, IQueryCollection original, IDictionary<string, StringValues> edited)
     {
+        if (query.Contains(';', StringComparison.Ordinal))
+        {
+            return null; // even where nothing changed as ASP.NET Core reads it: ?keep=1;drop=1 holds no drop for it
+        }
+
         if (edited.Count == original.Count && original.All(pair => edited.TryGetValue(pair.Key, out var values) && Same(values, pair.Value)))
         {
             return query;
