@@ -60,7 +60,12 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
 
         public string Label(string key) => File.Label;
 
-        public IEnumerable<string> EmptyLeaves() => _emptied;
+        /// <summary>
+        /// The keys written null or [] that the data holds now, with nothing under them: a file
+        /// gone missing on reload is emptied without a Load, and a file may give a key both null
+        /// and children ("a": null beside "a:b").
+        /// </summary>
+        public IEnumerable<string> EmptyLeaves() => _index.EmptyLeaves(Data).Intersect(_emptied, StringComparer.OrdinalIgnoreCase);
 
         /// <summary>Why the file's content is not in force, or null when it is.</summary>
         public string? Error
@@ -93,7 +98,7 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
             {
                 var json = new MemoryStream();
                 stream.CopyTo(json);
-                var bytes = json.GetBuffer().AsMemory(0, (int)json.Length);
+                var bytes = json.ToArray();
                 json.Position = 0;
                 base.Load(json); // which closes it
                 _emptied = Emptied(bytes);
@@ -112,10 +117,13 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
         /// them from {}, a section left empty (the shipped "Certificates": {}), which is no request
         /// to take anything away.
         /// </summary>
-        private static List<string> Emptied(ReadOnlyMemory<byte> json)
+        private static List<string> Emptied(byte[] json)
         {
             var keys = new List<string>();
-            using var document = JsonDocument.Parse(json, new JsonDocumentOptions { CommentHandling = JsonCommentHandling.Skip, AllowTrailingCommas = true });
+            // Read as .NET's parser reads it: text decoded by a StreamReader, which takes a byte
+            // order mark (UTF-8, or UTF-16 as Windows editors save).
+            using var text = new StreamReader(new MemoryStream(json));
+            using var document = JsonDocument.Parse(text.ReadToEnd(), new JsonDocumentOptions { CommentHandling = JsonCommentHandling.Skip, AllowTrailingCommas = true });
             Walk(document.RootElement, null);
             return keys;
 

@@ -82,6 +82,34 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
     }
 
     /// <summary>
+    /// A null in a later file over what an earlier one gives is refused (it takes nothing away);
+    /// once that later file is gone, so is its null: the reload after it applies. (Configuration
+    /// empties a file gone missing without reading it, and its nulls were still named.)
+    /// </summary>
+    [Fact]
+    public async Task Reload_NullOverAnEarlierFile_IsRejected_UntilTheFileWithItGoes()
+    {
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        var later = "";
+        await using var tern = await TernInstance.StartAsync(config, o =>
+        {
+            later = Path.Combine(o.ContentRoot, "config", $"appsettings.{o.EnvironmentName}.json");
+            File.WriteAllText(later, """{ "Tern": { "Forwarding": { "TrustedProxies": null } } }""");
+            return o;
+        });
+        using var client = tern.CreateClient();
+
+        config.Tern["Forwarding"] = new System.Text.Json.Nodes.JsonObject { ["TrustedProxies"] = new System.Text.Json.Nodes.JsonArray("10.0.0.0/8") };
+        config.Route("b", "second", "/b/{**rest}", PrefixRemoved("/b")).Cluster("second", [_second]);
+        await tern.RewriteConfigAsync(config.ToJson());
+        await tern.Logs.WaitForAsync($"Configuration reload: Tern:Forwarding:TrustedProxies: a null or empty value in config/{Path.GetFileName(later)} takes nothing away");
+        Assert.Equal(HttpStatusCode.NotFound, (await client.GetAsync(new Uri("/b/name", UriKind.Relative))).StatusCode);
+
+        File.Delete(later);
+        Assert.Equal("second", await EventuallyAsync(client, "/b/name", "second"));
+    }
+
+    /// <summary>
     /// A route whose Match:Path has a constraint ASP.NET Core's router cannot resolve: YARP took
     /// it, and the router then failed to build its table at every request, so the reload made every
     /// request of every route a 500. Refused now, naming the key, and the routes before it serve on.

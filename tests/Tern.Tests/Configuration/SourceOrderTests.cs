@@ -19,7 +19,7 @@ public sealed class SourceOrderTests
         config.Tern["Shutdown"]!["DrainTimeout"] = "00:00:01";
         config.Tern["Http"]!["RedirectHttpsPort"] = 1001;
         var extra = Path.Combine(Directory.CreateTempSubdirectory("tern-extra-").FullName, "extra.json");
-        await File.WriteAllTextAsync(extra, """{ "Tern": { "Shutdown": { "DrainTimeout": "00:00:03" }, "Http": { "RedirectHttpsPort": 1003 } } }""");
+        await File.WriteAllTextAsync(extra, """{ "Tern": { "Shutdown": { "DrainTimeout": "00:00:03" }, "Http": { "RedirectHttpsPort": 1003 } } }""", new System.Text.UTF8Encoding(encoderShouldEmitUTF8Identifier: true)); // with a byte order mark
 
         await using var tern = await TernInstance.StartAsync(config, o =>
         {
@@ -47,10 +47,11 @@ public sealed class SourceOrderTests
         var config = new TernConfig(Proxy.Tls.TlsEngines.OpenSsl).Route("web", "app", "/web/{**rest}").Cluster("app", ["http://127.0.0.1:9/"]);
         config.Tern["Forwarding"] = new System.Text.Json.Nodes.JsonObject { ["TrustedProxies"] = new System.Text.Json.Nodes.JsonArray("10.0.0.0/8") };
         var extra = Path.Combine(Directory.CreateTempSubdirectory("tern-extra-").FullName, "extra.json");
+        // In UTF-16 with a byte order mark, as a Windows editor may save it: read as .NET reads it.
         await File.WriteAllTextAsync(extra, """
             { "ReverseProxy": { "Routes": { "web": null }, "Clusters": {} },
               "Tern": { "Forwarding": { "TrustedProxies": [] }, "Metrics": null } }
-            """);
+            """, System.Text.Encoding.Unicode);
 
         var error = await Assert.ThrowsAsync<InvalidOperationException>(() => TernInstance.StartAsync(config, o => o with { ConfigFile = extra }));
 
