@@ -96,11 +96,10 @@ internal sealed class CheckedJsonFile : JsonConfigurationSource
         {
             try
             {
-                var json = new MemoryStream();
-                stream.CopyTo(json);
-                var bytes = json.ToArray();
-                json.Position = 0;
-                base.Load(json); // which closes it
+                using var copy = new MemoryStream();
+                stream.CopyTo(copy);
+                var bytes = copy.ToArray(); // read twice: by .NET's parser, which closes its stream, and by Emptied
+                base.Load(new MemoryStream(bytes));
                 _emptied = Emptied(bytes);
                 _parseError = null;
             }
