@@ -175,7 +175,7 @@ internal static class TransformChecks
     /// A PathPattern's catch-all with one '*' ({*rest}) for a value the route's Match:Path catches
     /// whole ({**rest} or {*rest}): filled with its '/' escaped, which YARP escapes again (/a/b
     /// reached the upstream as /a%252Fb). A value of one segment ({rest}) holds no '/', and goes
-    /// alike in either form (its %2F escaped again in both: no PathPattern keeps it).
+    /// alike in either form (as the client wrote it: RawPattern).
     /// </summary>
     private static void CheckCatchAll(Dictionary<string, IConfigurationSection> transform, RoutePattern? match, List<ConfigurationProblem> problems)
     {

@@ -8,7 +8,8 @@ namespace Tern.Proxy.Forwarding;
 /// The upstream gets the request's path and query as the client wrote them, as through nginx,
 /// on routes that do not rewrite the path, or only remove a prefix from it (PathRemovePrefix:
 /// /npm/@scope%2Fname reaches the upstream as /@scope%2Fname), add one (PathPrefix), or both,
-/// or swap one for another with a PathPattern (/old/{**rest} to /new/{**rest}). A
+/// or fill a PathPattern with its segments (<see cref="RawPattern"/>: /old/{**rest} to
+/// /new/{**rest}, /api/{service}/{**rest} to /{service}/v1/{**rest}). A
 /// route's Query* transforms still apply: its path goes as written, and its query as written but
 /// for what they change (<see cref="RawQuery"/>).
 /// </summary>
@@ -29,11 +30,11 @@ namespace Tern.Proxy.Forwarding;
 /// never resolves a path to somewhere other than where Tern routed it. The target is not parsed
 /// again on the way (<see cref="UriCreationOptions.DangerousDisablePathAndQueryCanonicalization"/>):
 /// .NET would otherwise unescape some of it. A removed prefix is removed from the client's target
-/// when the target starts with it as written (in any case, as YARP compares it), and is followed by
-/// a '/', a '?' or nothing; a prefix written with escapes (<c>/n%70m</c>) leaves YARP's target.
+/// when the target's path starts with it as written (in any case, as YARP compares it), and is
+/// followed by a '/' or nothing; a prefix written with escapes (<c>/n%70m</c>) leaves YARP's target.
 /// </para>
 /// </remarks>
-internal sealed class ClientTarget(string removedPrefix, string addedPrefix, bool queryRewritten) : RequestTransform
+internal sealed class ClientTarget(Func<string, string?> path, bool queryRewritten) : RequestTransform
 {
     // RFC 3986: unreserved, reserved (gen-delims without '#', sub-delims) and '%'.
     private static readonly SearchValues<char> s_uriChars =
@@ -42,11 +43,29 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
     private static readonly UriCreationOptions s_asWritten = new() { DangerousDisablePathAndQueryCanonicalization = true };
 
     /// <summary>
+    /// The transform for a route whose path the client's target can make: one with no Path*
+    /// transform, a PathRemovePrefix, a PathPrefix or both (see Prefixes), or a PathPattern filled
+    /// from the client's segments (<see cref="RawPattern"/>); null for any other, whose every
+    /// request gets YARP's target.
+    /// </summary>
+    public static ClientTarget? For(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, string? matchPath)
+    {
+        var queryRewritten = transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase)));
+        if (PathTransforms(transforms) is [{ Key: var key, Value: var pattern }] && key.Equals("PathPattern", StringComparison.OrdinalIgnoreCase))
+        {
+            return RawPattern.For(pattern, matchPath) is { } filled ? new(filled.Fill, queryRewritten) : null;
+        }
+
+        return Prefixes(transforms, matchPath) is var (removed, added) ? new(rest => Moved(rest, removed, added), queryRewritten) : null;
+    }
+
+    /// <summary>
     /// The prefix a route removes from the client's path and the one it adds before the rest ("" for
     /// none), where it rewrites the path no other way: no Path* transform, PathRemovePrefix,
-    /// PathPrefix, both, or a PathPattern that swaps one prefix for another (see Swapped); null for
-    /// any other rewrite. PathPrefix's is added where it is written in URI characters YARP leaves
-    /// as they are, without escapes or dot segments.
+    /// PathPrefix, both, or a PathPattern that swaps one prefix for another (see Swapped: its
+    /// redirects map back, and RawPattern fills its target); null for any other rewrite.
+    /// PathPrefix's is added where it is written in URI characters YARP leaves as they are,
+    /// without escapes or dot segments.
     /// </summary>
     public static (string Removed, string Added)? Prefixes(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, string? matchPath) =>
         PathTransforms(transforms) switch
@@ -94,10 +113,6 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
 
         return new(literal + "/", added.TrimEnd('/') + kept, literal.Length > 0 && (kept.Length > 0 || !added.EndsWith('/')) ? literal : null);
     }
-
-    /// <summary>The transform for a route with these prefixes (see Prefixes).</summary>
-    public static ClientTarget For(string removed, string added, IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
-        new(removed, added, transforms.Any(t => t.Keys.Any(k => k.StartsWith("Query", StringComparison.OrdinalIgnoreCase))));
 
     private static List<KeyValuePair<string, string>> PathTransforms(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
         transforms.SelectMany(t => t).Where(p => p.Key.StartsWith("Path", StringComparison.OrdinalIgnoreCase)).ToList();
@@ -149,39 +164,56 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
         }
 
         var prefix = transform.Value.Length == 0 || transform.Value.StartsWith('/') ? transform.Value : "/" + transform.Value;
-        return AsWritten(prefix) && prefix.AsSpan().IndexOfAny("%?[]") < 0 ? prefix : null;
+        return AsPath(prefix) ? prefix : null;
     }
+
+    /// <summary>Whether a path written in configuration goes as written: URI characters but the ones YARP escapes in a path ('[', ']', '?') or that would start an escape ('%'), and no dot segment.</summary>
+    internal static bool AsPath(string path) => AsWritten(path) && path.AsSpan().IndexOfAny("%?[]") < 0;
 
     public override ValueTask ApplyAsync(RequestTransformContext context)
     {
         var target = context.HttpContext.Features.Get<IHttpRequestFeature>()?.RawTarget;
-        if (target is { Length: > 0 } && target[0] == '/' && !context.HttpContext.Request.PathBase.HasValue && AsWritten(target)
-            && WithoutPrefix(target, removedPrefix) is { } rest)
+        if (target is { Length: > 0 } && target[0] == '/' && !context.HttpContext.Request.PathBase.HasValue && AsWritten(target))
         {
+            var end = target.IndexOf('?', StringComparison.Ordinal);
+            if (path(end < 0 ? target : target[..end]) is not { } sent)
+            {
+                return ValueTask.CompletedTask;
+            }
+
+            var query = end < 0 ? "" : target[end..];
+            if (queryRewritten)
+            {
+                // The client's query with what the route's Query* transforms changed, and only that.
+                query = RawQuery.Edited(query, context.HttpContext.Request.Query, context.Query.Collection) ?? context.Query.QueryString.ToUriComponent();
+            }
+
             var prefix = context.DestinationPrefix.AsSpan();
             if (prefix.EndsWith('/'))
             {
                 prefix = prefix[..^1];
             }
 
-            if (queryRewritten)
-            {
-                // The client's query with what the route's Query* transforms changed, and only that.
-                var end = rest.IndexOf('?', StringComparison.Ordinal);
-                var query = end < 0 ? "" : rest[end..];
-                var edited = RawQuery.Edited(query, context.HttpContext.Request.Query, context.Query.Collection) ?? context.Query.QueryString.ToUriComponent();
-                rest = string.Concat(end < 0 ? rest : rest[..end], edited);
-            }
-
-            // As YARP joins paths: the added prefix before the path left, one '/' between them; the
-            // prefix whole where nothing is left (a prefix removed whole), and '/' for neither.
-            var path = rest.Length == 0 || rest[0] == '?'
-                ? (addedPrefix.Length > 0 ? addedPrefix : "/")
-                : addedPrefix.EndsWith('/') ? addedPrefix[..^1] : addedPrefix;
-            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, path, rest), in s_asWritten);
+            context.ProxyRequest.RequestUri = new Uri(string.Concat(prefix, sent, query), in s_asWritten);
         }
 
         return ValueTask.CompletedTask;
+    }
+
+    /// <summary>
+    /// The client's path without the removed prefix and with the added one, as YARP joins them: the
+    /// added prefix before the path left, one '/' between them; the prefix whole where nothing is
+    /// left (a prefix removed whole), and '/' for neither. Null where the path does not start with
+    /// the removed prefix as written.
+    /// </summary>
+    private static string? Moved(string path, string removed, string added)
+    {
+        if (WithoutPrefix(path, removed) is not { } rest)
+        {
+            return null;
+        }
+
+        return rest.Length == 0 ? (added.Length > 0 ? added : "/") : string.Concat(added.EndsWith('/') ? added[..^1] : added, rest);
     }
 
     /// <summary>The target without the removed prefix, or null where it does not start with it as a whole segment.</summary>
@@ -192,7 +224,7 @@ internal sealed class ClientTarget(string removedPrefix, string addedPrefix, boo
             return target;
         }
 
-        return target.StartsWith(prefix, StringComparison.OrdinalIgnoreCase) && (target.Length == prefix.Length || target[prefix.Length] is '/' or '?')
+        return target.StartsWith(prefix, StringComparison.OrdinalIgnoreCase) && (target.Length == prefix.Length || target[prefix.Length] == '/')
             ? target[prefix.Length..]
             : null;
     }

@@ -67,9 +67,9 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         }
 
         // Last, after any transform that could change the path or query.
-        if (prefixes is var (removedPrefix, addedPrefix))
+        if (ClientTarget.For(transforms, context.Route.Match.Path) is { } target)
         {
-            context.RequestTransforms.Add(ClientTarget.For(removedPrefix, addedPrefix, transforms));
+            context.RequestTransforms.Add(target);
         }
     }
 

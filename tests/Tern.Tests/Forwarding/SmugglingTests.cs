@@ -42,6 +42,10 @@ public sealed class SmugglingTests : IAsyncLifetime
             .Route("bracketed", "app", "/bracketed/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "/v[2]" }) })
             .Route("swapped", "app", "/swap/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/v2/{**rest}" }) })
             .Route("patterned", "app", "/item/{id}/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/items/{id}/{**rest}" }) })
+            .Route("reordered", "app", "/api/{service}/{version}/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/{version}/svc/{service}/{**rest}" }, new JsonObject { ["QueryRemoveParameter"] = "drop" }) })
+            .Route("defaulted", "app", "/def/{version=v1}/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/d/{version}/{**rest}" }) })
+            .Route("literal", "app", "/lit/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/caf\u00e9 x/v1:beta/{**rest}" }) })
+            .Route("complex", "app", "/cx/{name}.{ext}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/files/{name}/{ext}" }) })
             .Route("twice", "app", "/twice/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "/a" }, new JsonObject { ["PathPrefix"] = "/b" }) })
             .Route("query", "app", "/query/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["QueryValueParameter"] = "added", ["Set"] = "a b" }) })
             .Route("strippedquery", "app", "/stripq/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/stripq" }, new JsonObject { ["QueryRemoveParameter"] = "drop" }) }));
@@ -284,8 +288,8 @@ public sealed class SmugglingTests : IAsyncLifetime
     /// nginx: before, <c>%2F</c> arrived as <c>%252F</c> and <c>%3B</c> as <c>;</c>. Where Kestrel
     /// resolved dot segments before routing, or the target holds what a URI may not, the upstream
     /// gets the path Tern routed on, as YARP writes it; so does a route that rewrites the path other
-    /// than by removing a prefix, adding one, or both (a PathPattern that swaps one literal prefix for
-    /// another does both). A route's Query* transforms change the query alone (before, such a
+    /// than by removing a prefix, adding one, or both, or a PathPattern it can fill with the client's
+    /// segments (RawPattern). A route's Query* transforms change the query alone (before, such a
     /// route sent YARP's path: <c>%2F</c> as <c>%252F</c>).
     /// </summary>
     [Theory]
@@ -313,7 +317,15 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("/swap", "/v2")]
     [InlineData("/swap/", "/v2/")] // as the client wrote it (YARP sent /v2)
     [InlineData("/swap/a/%2e%2E/b%2F", "/v2/b%252F")] // a dot segment: Kestrel's path, escaped by YARP
-    [InlineData("/item/a%2Fb/c", "/items/a%252Fb/c")] // any other pattern: YARP's target
+    [InlineData("/item/a%2Fb/c%3Bd?x=%2F", "/items/a%2Fb/c%3Bd?x=%2F")] // a PathPattern filled with the client's segments (YARP: /items/a%252Fb/c;d)
+    [InlineData("/ITEM/a%2Fb", "/items/a%2Fb")]
+    [InlineData("/it%65m/a/", "/items/a/")] // the catch-all's '/' as the client wrote it (YARP: /items/a)
+    [InlineData("/item/a/%2e%2E/b%2F", "/items/b%252F")] // a dot segment: Kestrel's path, escaped by YARP
+    [InlineData("/api/search/v2/a%2Fb?drop=1&keep=a+b", "/v2/svc/search/a%2Fb?keep=a+b")] // its values in any order, with a Query* transform
+    [InlineData("/def/v2/a%2Fb", "/d/v2/a%2Fb")]
+    [InlineData("/def", "/d/v1")] // a value filled by a default: YARP's target
+    [InlineData("/lit/a%2Fb", "/caf%C3%A9%20x/v1:beta/a%2Fb")] // its literals as a PathPrefix's, or escaped as YARP escapes them
+    [InlineData("/cx/a%2Fb.txt", "/files/a%252Fb/txt")] // a value in a segment with others: YARP's target
     [InlineData("/slashed?x=1", "/v2/?x=1")] // the prefix whole where nothing is left, as YARP
     [InlineData("/slashed/a%2Fb", "/v2/a%2Fb")] // one '/' between
     [InlineData("/slashes/a%2Fb", "//slashes/a%2Fb")]
