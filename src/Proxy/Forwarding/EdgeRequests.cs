@@ -1,3 +1,4 @@
+using System.Globalization;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Http.Features;
 using Microsoft.Extensions.Primitives;
@@ -35,7 +36,10 @@ namespace Tern.Proxy.Forwarding;
 /// send a '*' target: YARP sent the upstream OPTIONS /, a question about its root (a CORS
 /// preflight, say). Tern, the server the client talks to, answers it: 200 without content. So it
 /// does an absolute URL with neither a path nor a query (OPTIONS http://host), which the last
-/// proxy is to send on as * (RFC 9112, 3.2.4), and which YARP sent as OPTIONS / too.
+/// proxy is to send on as * (RFC 9112, 3.2.4), and which YARP sent as OPTIONS / too. An OPTIONS
+/// with Max-Forwards is one a client traces hop by hop (RFC 9110, 7.6.2): at 0 Tern is the last
+/// recipient and answers it alike; above, the upstream gets it one lower (before, it got the
+/// client's value, and at 0 the request). TRACE, the other method it applies to, is refused.
 /// </para>
 /// <para>
 /// A request that two routes match alike gets a 500 that says so and one log line naming them,
@@ -107,6 +111,22 @@ internal static class EdgeRequests
         {
             context.Response.ContentLength = 0;
             return Task.CompletedTask;
+        }
+
+        if (request.Headers.MaxForwards.Count > 0 && HttpMethods.IsOptions(request.Method))
+        {
+            if (Hops(request.Headers.MaxForwards) is not { } hops)
+            {
+                return ProxyErrorResponses.RespondAsync(context, StatusCodes.Status400BadRequest, "Max-Forwards must be one number, the hops the request may still be forwarded (RFC 9110, 7.6.2)");
+            }
+
+            if (hops == 0)
+            {
+                context.Response.ContentLength = 0;
+                return Task.CompletedTask;
+            }
+
+            request.Headers.MaxForwards = (hops - 1).ToString(CultureInfo.InvariantCulture);
         }
 
         Task rest;
@@ -303,6 +323,18 @@ internal static class EdgeRequests
     /// <summary>An OPTIONS target about the server: *, or an absolute URL with neither a path nor a query.</summary>
     private static bool AsksAboutTheServer(string? target) =>
         target == "*" || (target?.IndexOf("://", StringComparison.Ordinal) is > 0 and var scheme && target.AsSpan(scheme + 3).IndexOfAny('/', '?') < 0);
+
+    /// <summary>The hops a Max-Forwards allows, one line of digits (int.MaxValue for more), or null.</summary>
+    private static int? Hops(StringValues lines)
+    {
+        var value = lines.Count == 1 ? lines[0].AsSpan().Trim(" \t") : [];
+        if (value.IsEmpty || value.ContainsAnyExceptInRange('0', '9'))
+        {
+            return null;
+        }
+
+        return int.TryParse(value, NumberStyles.None, CultureInfo.InvariantCulture, out var hops) ? hops : int.MaxValue;
+    }
 
     private static bool IsAmbiguity(Exception exception, HttpContext context) =>
         exception.GetType().FullName == RouterAmbiguity && !context.Response.HasStarted;

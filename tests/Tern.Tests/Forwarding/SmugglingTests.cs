@@ -366,6 +366,10 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("OPTIONS https://localhost/ HTTP/1.1\r\nHost: localhost", "forwarded")]
     [InlineData("OPTIONS https://localhost?x=1 HTTP/1.1\r\nHost: localhost", "forwarded")]
     [InlineData("OPTIONS /a HTTP/1.1\r\nHost: localhost", "forwarded")]
+    [InlineData("OPTIONS /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: 0", "200")] // Tern the last recipient (RFC 9110, 7.6.2)
+    [InlineData("OPTIONS /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: 1", "forwarded")]
+    [InlineData("OPTIONS /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: -1", "400")]
+    [InlineData("GET /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: 0", "forwarded")] // for OPTIONS and TRACE alone
     public async Task Http1_ConnectAndOptionsAsterisk_AnsweredByTern_NothingForwarded(string head, string status)
     {
         foreach (var (port, tls) in new[] { (_tern.Config.HttpsPort, true), (_tern.Config.HttpPort, false) })
@@ -381,6 +385,7 @@ public sealed class SmugglingTests : IAsyncLifetime
             {
                 "405" => "405 Method Not Allowed: Tern is a reverse proxy and does not tunnel CONNECT (HTTP/2's extended CONNECT, for WebSockets only)",
                 "200" => "\r\nContent-Length: 0\r\n",
+                "400" => "400 Bad Request: Max-Forwards must be one number, the hops the request may still be forwarded (RFC 9110, 7.6.2)",
                 _ => "\r\n",
             }, answer, StringComparison.Ordinal);
             Assert.Equal(forwarded && tls ? 1 : 0, _upstream.Requests.Count);
@@ -394,6 +399,7 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData(":method=CONNECT :protocol=connect-udp :scheme=https :authority=localhost :path=/a", "405")] // RFC 9298, not a WebSocket
     [InlineData(":method=OPTIONS :scheme=https :authority=localhost :path=*", "200")]
     [InlineData(":method=OPTIONS :scheme=https :authority=localhost :path=/a", "forwarded")]
+    [InlineData(":method=OPTIONS :scheme=https :authority=localhost :path=/a max-forwards=0", "200")]
     public async Task Http2_ConnectAndOptionsAsterisk_AnsweredByTern_NothingForwarded(string fields, string status)
     {
         _upstream.Clear();
@@ -404,6 +410,26 @@ public sealed class SmugglingTests : IAsyncLifetime
         Assert.Equal(forwarded ? "200" : status, await Http2Exchange(client.Stream, headers, null));
         Assert.Equal(forwarded ? 1 : 0, _upstream.Requests.Count);
         Assert.DoesNotContain(_tern.Logs.Lines, l => l.Contains("Unsupported request method", StringComparison.Ordinal));
+    }
+
+    /// <summary>
+    /// An OPTIONS with Max-Forwards above 0 goes on one lower, as each intermediary must count it
+    /// down (RFC 9110, 7.6.2): before, the upstream got the client's value.
+    /// </summary>
+    [Theory]
+    [InlineData("5", "4")]
+    [InlineData("007", "6")]
+    [InlineData("99999999999999999999", "2147483646")] // beyond any count of hops: as many as can be
+    public async Task Options_MaxForwards_CountedDownOnTheWay(string sent, string forwarded)
+    {
+        _upstream.Clear();
+        await using var client = await RawHttp.ConnectAsync(_tern.Config.HttpsPort, tls: true);
+        await client.WriteAsync($"OPTIONS /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: {sent}\r\nConnection: close\r\n\r\n");
+        var answer = await client.ReadUntilAsync("\0");
+
+        Assert.StartsWith("HTTP/1.1 200 ", answer, StringComparison.Ordinal);
+        var request = Assert.Single(_upstream.Requests);
+        Assert.Equal(forwarded, Assert.Single(request.Headers, h => h.Name.Equals("Max-Forwards", StringComparison.OrdinalIgnoreCase)).Value);
     }
 
     /// <summary>
