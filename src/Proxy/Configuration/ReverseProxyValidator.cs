@@ -112,7 +112,7 @@ internal static partial class ReverseProxyValidator
             }
 
             // PathPatterns only against a Match:Path YARP can read: it names one it cannot itself.
-            TransformChecks.Check(route, pattern, pathReadable: string.IsNullOrEmpty(path) || pattern is not null, problems);
+            TransformChecks.Check(route, string.IsNullOrEmpty(path) ? Parse(EveryPath) : pattern, pathReadable: string.IsNullOrEmpty(path) || pattern is not null, problems);
 
             var allowPlain = route[$"Metadata:{AllowPlainHttpMetadata}"];
             if (allowPlain is not null && !bool.TryParse(allowPlain, out _))
@@ -531,6 +531,9 @@ internal static partial class ReverseProxyValidator
     }
 
     /// <summary>A route template as ASP.NET Core reads it, or null when it cannot.</summary>
+    /// <summary>The Match:Path YARP gives a route without one (Hosts alone): its PathPatterns can use {catchall}.</summary>
+    internal const string EveryPath = "/{**catchall}";
+
     internal static RoutePattern? Parse(string template)
     {
         try

@@ -172,10 +172,10 @@ internal static class TransformChecks
     }
 
     /// <summary>
-    /// A PathPattern's catch-all with one '*' ({*rest}) for a value the route's Match:Path catches
-    /// whole ({**rest} or {*rest}): filled with its '/' escaped, which YARP escapes again (/a/b
-    /// reached the upstream as /a%252Fb). A value of one segment ({rest}) holds no '/', and goes
-    /// alike in either form (as the client wrote it: RawPattern).
+    /// A PathPattern parameter other than a two-star catch-all ({*rest}, or {rest}) for a value the
+    /// route's Match:Path catches whole ({**rest} or {*rest}): filled with its '/' escaped, which
+    /// YARP escapes again (/a/b reached the upstream as /a%252Fb). A value of one segment ({rest})
+    /// holds no '/', and goes alike in any form (as the client wrote it: RawPattern).
     /// </summary>
     private static void CheckCatchAll(Dictionary<string, IConfigurationSection> transform, RoutePattern? match, List<ConfigurationProblem> problems)
     {
@@ -185,9 +185,11 @@ internal static class TransformChecks
             return;
         }
 
-        foreach (var name in used.Parameters.Where(p => p.IsCatchAll && p.EncodeSlashes && match?.GetParameter(p.Name) is { IsCatchAll: true }).Select(p => p.Name))
+        foreach (var parameter in used.Parameters.Where(p => !(p.IsCatchAll && !p.EncodeSlashes) && match?.GetParameter(p.Name) is { IsCatchAll: true }))
         {
-            problems.Add(new(entry.Path, $"'{entry.Value}' has {{*{name}}}, a catch-all YARP fills with each '/' escaped and then escapes again: /a/b would reach the upstream as /a%252Fb; write {{**{name}}}"));
+            problems.Add(new(entry.Path, parameter.IsCatchAll
+                ? $"'{entry.Value}' has {{*{parameter.Name}}}, a catch-all YARP fills with each '/' escaped and then escapes again: /a/b would reach the upstream as /a%252Fb; write {{**{parameter.Name}}}"
+                : $"'{entry.Value}' has {{{parameter.Name}}}, one segment, for a value the route's Match:Path catches whole: YARP would fill it with each '/' escaped and then escape that again, so /a/b would reach the upstream as /a%252Fb; write {{**{parameter.Name}}}"));
         }
     }
 

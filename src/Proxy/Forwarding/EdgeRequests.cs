@@ -324,10 +324,10 @@ internal static class EdgeRequests
     private static bool AsksAboutTheServer(string? target) =>
         target == "*" || (target?.IndexOf("://", StringComparison.Ordinal) is > 0 and var scheme && target.AsSpan(scheme + 3).IndexOfAny('/', '?') < 0);
 
-    /// <summary>The hops a Max-Forwards allows, one line of digits (int.MaxValue for more), or null.</summary>
+    /// <summary>The hops a Max-Forwards allows, digits (int.MaxValue for more), or null; lines alike are one, as Repeated takes them.</summary>
     private static int? Hops(StringValues lines)
     {
-        var value = lines.Count == 1 ? lines[0].AsSpan().Trim(" \t") : [];
+        var value = lines.All(line => line == lines[0]) ? lines[0].AsSpan().Trim(" \t") : [];
         if (value.IsEmpty || value.ContainsAnyExceptInRange('0', '9'))
         {
             return null;

@@ -1,5 +1,5 @@
+using System.Buffers;
 using System.Text;
-using System.Text.Encodings.Web;
 using Microsoft.AspNetCore.Routing.Patterns;
 using Tern.Proxy.Configuration;
 
@@ -11,9 +11,9 @@ namespace Tern.Proxy.Forwarding;
 /// Match:Path <c>/api/{service}/{**rest}</c> and PathPattern <c>/{service}/v1/{**rest}</c>,
 /// <c>/api/npm/@scope%2Fname</c> reached the upstream as <c>/npm/v1/@scope%252Fname</c>
 /// (dotnet/yarp#1419) and <c>%3B</c> as <c>;</c>. Each value here is the segment, or for a
-/// catch-all the segments, it was read from. The pattern's literals go as a PathPrefix goes, as
-/// written, where they hold only characters a path may (<c>/v1:beta</c>), and escaped as YARP
-/// escapes them where not (<c>/café</c> as <c>/caf%C3%A9</c>).
+/// catch-all the segments, it was read from. The pattern's literals go as YARP writes them: what a
+/// path may hold as written (<c>/v1:beta</c>), the rest escaped (<c>/C++ docs</c> as
+/// <c>/C++%20docs</c>).
 /// </summary>
 /// <remarks>
 /// Kestrel decodes every escape but <c>%2F</c>, so the client's path and the one routed on have
@@ -23,7 +23,10 @@ namespace Tern.Proxy.Forwarding;
 /// default and not optional in the PathPattern; a catch-all the Match:Path catches whole must be
 /// one written <c>{**name}</c> in the PathPattern (a one-segment <c>{name}</c> would have its '/'
 /// escaped). Any other pattern, and a request whose segment for a parameter is missing or empty
-/// (a default, or an optional one, filled in), gets YARP's target. Where the client ends the
+/// (a default, or an optional one, filled in), gets YARP's target, as does a pattern with a
+/// literal dot segment (which YARP's Uri resolves) and a request whose path would start with
+/// '//' (<c>/api//x</c> for <c>/api/{**rest}</c> to <c>/{**rest}</c>: YARP sends <c>/x</c>, and
+/// an upstream that redirects to <c>//x</c> sends the client to the host x). Where the client ends the
 /// catch-all's segments with a '/', so does the path sent (<c>/api/npm/</c> to <c>/npm/v1/</c>,
 /// where YARP sent <c>/npm/v1</c>), as a prefix swapped through nginx's proxy_pass does.
 /// </remarks>
@@ -39,7 +42,9 @@ internal sealed class RawPattern
     /// <summary>The PathPattern as filled from the client's path, or null where YARP's filling must stand (see the remarks).</summary>
     public static RawPattern? For(string pattern, string? matchPath)
     {
-        if (ReverseProxyValidator.Parse(pattern) is not { } parsed || (matchPath is null ? RoutePatternFactory.Parse("/") : ReverseProxyValidator.Parse(matchPath)) is not { } match)
+        // As YARP makes the pattern a path first: ~/x is the literal ~ then x, not the root's x.
+        if (ReverseProxyValidator.Parse(pattern.StartsWith('/') ? pattern : "/" + pattern) is not { } parsed
+            || ReverseProxyValidator.Parse(string.IsNullOrEmpty(matchPath) ? ReverseProxyValidator.EveryPath : matchPath) is not { } match)
         {
             return null;
         }
@@ -59,8 +64,8 @@ internal sealed class RawPattern
         {
             switch (segment.Parts)
             {
-                case [RoutePatternLiteralPart literal]:
-                    pieces.Add(new(ClientTarget.AsPath("/" + literal.Content) ? literal.Content : UrlEncoder.Default.Encode(literal.Content), 0, false));
+                case [RoutePatternLiteralPart { Content: not ("." or "..") } literal]: // YARP's Uri resolves a dot segment
+                    pieces.Add(new(Escaped(literal.Content), 0, false));
                     break;
                 case [RoutePatternParameterPart { IsOptional: false, Default: null } parameter]
                     when places.TryGetValue(parameter.Name, out var place) && (!place.CatchAll || parameter is { IsCatchAll: true, EncodeSlashes: false }):
@@ -102,6 +107,27 @@ internal sealed class RawPattern
             }
         }
 
-        return filled.Length == 0 ? "/" : filled.ToString();
+        // A path that starts '//' reads as another host to an upstream that redirects to it (YARP's
+        // binder sends one '/' where the values start with an empty segment: /api//x as /x).
+        return filled.Length == 0 ? "/" : filled.Length > 1 && filled[1] == '/' ? null : filled.ToString();
     }
+
+    /// <summary>A literal as YARP writes it in a path: each run of characters a path may not hold as is (RFC 3986's pchar) escaped as UTF-8, the rest as written.</summary>
+    private static string Escaped(string literal)
+    {
+        var escaped = new StringBuilder();
+        var rest = literal.AsSpan();
+        while (rest.IndexOfAnyExcept(s_pathChars) is >= 0 and var start)
+        {
+            var length = rest[start..].IndexOfAny(s_pathChars) is >= 0 and var end ? end : rest.Length - start;
+            escaped.Append(rest[..start]).Append(Uri.EscapeDataString(rest.Slice(start, length)));
+            rest = rest[(start + length)..];
+        }
+
+        return escaped.Append(rest).ToString();
+    }
+
+    // RFC 3986's pchar but for '%', which starts an escape: unreserved, sub-delims, ':' and '@'.
+    private static readonly SearchValues<char> s_pathChars =
+        SearchValues.Create("!$&'()*+,-.0123456789:;=@ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~");
 }

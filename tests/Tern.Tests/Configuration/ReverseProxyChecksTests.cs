@@ -225,9 +225,12 @@ public sealed class ReverseProxyChecksTests
     [InlineData("T:PathPattern=/my%20docs/{**rest}", "T:PathPattern", "'/my%20docs/{**rest}' is written with escapes, but YARP escapes the value itself: '%20' would reach the upstream as '%2520'; write the characters themselves ('/my docs/{**rest}')")]
     [InlineData("T:QueryValueParameter=tags%5B%5D|T:Set=1", "T:QueryValueParameter", "'tags%5B%5D' is written with escapes, but YARP escapes the value itself: '%5B' would reach the upstream as '%255B'; write the characters themselves ('tags[]')")]
     [InlineData("T:QueryValueParameter=q|T:Append=a%20b", "T:Append", "'a%20b' is written with escapes")]
-    [InlineData("T:PathPattern=/v2/{rest=a%20b}", null, null)] // a default never reaches the upstream
+    [InlineData("M:Path=/r/{rest}|T:PathPattern=/v2/{rest=a%20b}", null, null)] // a default never reaches the upstream
     [InlineData("T:PathPattern=/v2/{*rest}", "T:PathPattern", "'/v2/{*rest}' has {*rest}, a catch-all YARP fills with each '/' escaped and then escapes again: /a/b would reach the upstream as /a%252Fb; write {**rest}")]
     [InlineData("M:Path=/r/{rest}|T:PathPattern=/v2/{*rest}", null, null)] // a value of one segment: no '/' to escape
+    [InlineData("T:PathPattern=/v2/{rest}", "T:PathPattern", "'/v2/{rest}' has {rest}, one segment, for a value the route's Match:Path catches whole: YARP would fill it with each '/' escaped and then escape that again, so /a/b would reach the upstream as /a%252Fb; write {**rest}")]
+    [InlineData("M:Path=|M:Hosts:0=example.com|T:PathPattern=/v2/{**catchall}", null, null)] // YARP matches a route with Hosts alone on /{**catchall}
+    [InlineData("M:Path=|M:Hosts:0=example.com|T:PathPattern=/v2/{*catchall}", "T:PathPattern", "'/v2/{*catchall}' has {*catchall}, a catch-all YARP fills with each '/' escaped")]
     [InlineData("T:PathRemovePrefix=/api%00", "T:PathRemovePrefix", "'/api%00' is compared with the request's path as Kestrel decodes it (every escape but %2F), so it would never be removed; and no request's path decodes to it (Kestrel refuses a NUL, and resolves dot segments before routing): remove it")]
     [InlineData("T:QueryValueParameter=q|T:Set=a%20b", "T:Set", "'a%20b' is written with escapes, but YARP escapes the value itself: '%20' would reach the upstream as '%2520'; write the characters themselves ('a b')")]
     [InlineData("T:QueryRouteParameter=q%20x|T:Set=rest", "T:QueryRouteParameter", "'q%20x' is written with escapes")]

@@ -44,7 +44,10 @@ public sealed class SmugglingTests : IAsyncLifetime
             .Route("patterned", "app", "/item/{id}/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/items/{id}/{**rest}" }) })
             .Route("reordered", "app", "/api/{service}/{version}/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/{version}/svc/{service}/{**rest}" }, new JsonObject { ["QueryRemoveParameter"] = "drop" }) })
             .Route("defaulted", "app", "/def/{version=v1}/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/d/{version}/{**rest}" }) })
-            .Route("literal", "app", "/lit/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/caf\u00e9 x/v1:beta/{**rest}" }) })
+            .Route("literal", "app", "/lit/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/C++ caf\u00e9/v1:beta/{**rest}" }) })
+            .Route("tilde", "app", "/tld/{id}/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "~/{id}/{**rest}" }) })
+            .Route("dotted", "app", "/dot/{id}/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/p/{id}/../{**rest}" }) })
+            .Route("rooted", "app", "/rt/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/{**rest}" }) })
             .Route("complex", "app", "/cx/{name}.{ext}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/files/{name}/{ext}" }) })
             .Route("twice", "app", "/twice/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPrefix"] = "/a" }, new JsonObject { ["PathPrefix"] = "/b" }) })
             .Route("query", "app", "/query/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["QueryValueParameter"] = "added", ["Set"] = "a b" }) })
@@ -324,7 +327,11 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("/api/search/v2/a%2Fb?drop=1&keep=a+b", "/v2/svc/search/a%2Fb?keep=a+b")] // its values in any order, with a Query* transform
     [InlineData("/def/v2/a%2Fb", "/d/v2/a%2Fb")]
     [InlineData("/def", "/d/v1")] // a value filled by a default: YARP's target
-    [InlineData("/lit/a%2Fb", "/caf%C3%A9%20x/v1:beta/a%2Fb")] // its literals as a PathPrefix's, or escaped as YARP escapes them
+    [InlineData("/lit/a%2Fb", "/C++%20caf%C3%A9/v1:beta/a%2Fb")] // its literals as YARP writes them
+    [InlineData("/tld/a%2Fb/x", "/~/a%2Fb/x")] // ~/ as YARP reads it in a PathPattern: the literal ~
+    [InlineData("/dot/a%2Fb/x", "/p/x")] // a literal dot segment: YARP's target, resolved
+    [InlineData("/rt/x%2F", "/x%2F")]
+    [InlineData("/rt//x%2F", "/x%252F")] // a path that would start '//': YARP's target
     [InlineData("/cx/a%2Fb.txt", "/files/a%252Fb/txt")] // a value in a segment with others: YARP's target
     [InlineData("/slashed?x=1", "/v2/?x=1")] // the prefix whole where nothing is left, as YARP
     [InlineData("/slashed/a%2Fb", "/v2/a%2Fb")] // one '/' between
@@ -369,6 +376,8 @@ public sealed class SmugglingTests : IAsyncLifetime
     [InlineData("OPTIONS /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: 0", "200")] // Tern the last recipient (RFC 9110, 7.6.2)
     [InlineData("OPTIONS /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: 1", "forwarded")]
     [InlineData("OPTIONS /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: -1", "400")]
+    [InlineData("OPTIONS /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: 1\r\nMax-Forwards: 2", "400")]
+    [InlineData("OPTIONS /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: 0\r\nMax-Forwards: 0", "200")] // lines alike are one
     [InlineData("GET /a HTTP/1.1\r\nHost: localhost\r\nMax-Forwards: 0", "forwarded")] // for OPTIONS and TRACE alone
     public async Task Http1_ConnectAndOptionsAsterisk_AnsweredByTern_NothingForwarded(string head, string status)
     {
