@@ -54,6 +54,31 @@ public abstract class ReloadTests(string engine) : IAsyncLifetime
         Assert.Equal(SHA256.HashData(expected.ToArray()), SHA256.HashData(received.ToArray()));
     }
 
+    /// <summary>
+    /// A route's Timeout set, then taken away, by reloads applies to the next request: ASP.NET
+    /// Core's request timeouts run only for routes that have one (their metadata, which YARP
+    /// rebuilds at each reload), so a Timeout added later is carried out, not refused as a 500.
+    /// </summary>
+    [Fact]
+    public async Task Reload_RouteTimeoutAddedThenRemoved_AppliesToTheNextRequest()
+    {
+        var config = new TernConfig(engine).Route("a", "first", "/a/{**rest}", PrefixRemoved("/a")).Cluster("first", [_first]);
+        await using var tern = await TernInstance.StartAsync(config);
+        using var client = tern.CreateClient();
+        Assert.Equal("slow done", await client.GetStringAsync(new Uri("/a/slow/1500", UriKind.Relative)));
+
+        var timed = PrefixRemoved("/a");
+        timed["Timeout"] = "00:00:00.500";
+        config.Route("a", "first", "/a/{**rest}", timed);
+        await tern.RewriteConfigAsync(config.ToJson());
+        Assert.Equal("504 Gateway Timeout: the upstream of cluster 'first' did not complete the response within the route's Timeout\n", await EventuallyAsync(client, "/a/slow/1500", "504 Gateway Timeout: the upstream of cluster 'first' did not complete the response within the route's Timeout\n"));
+
+        config.Route("a", "first", "/a/{**rest}", PrefixRemoved("/a"));
+        await tern.RewriteConfigAsync(config.ToJson());
+        Assert.Equal("slow done", await EventuallyAsync(client, "/a/slow/1500", "slow done"));
+        Assert.DoesNotContain(tern.Logs.Lines, l => l.Contains("returned 500", StringComparison.Ordinal));
+    }
+
     [Fact]
     public async Task Reload_InvalidChange_KeepsLastGoodConfiguration()
     {
