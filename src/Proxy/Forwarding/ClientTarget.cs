@@ -83,9 +83,24 @@ internal sealed class ClientTarget(Func<string, string?> path, bool queryRewritt
     /// and adds these prefixes, as nginx's proxy_redirect default maps proxy_pass's URL back to the
     /// location's prefix: a path under Upstream goes under Client ("/" or "/app/"), and Upstream
     /// itself, with a query or fragment or neither, goes as Bare (no client path reaches it where
-    /// Bare is null: a redirect there is left alone).
+    /// Bare is null: a redirect there is left alone). For a route with another PathPattern, Pattern
+    /// maps the upstream's whole path to the client's instead (<see cref="RawPattern.Inverse"/>).
     /// </summary>
-    public sealed record Redirects(string Client, string Upstream, string? Bare);
+    public sealed record Redirects(string Client, string Upstream, string? Bare, RawPattern? Pattern = null);
+
+    /// <summary>The Redirects of a route with these transforms (see RedirectsFor and Redirects), or null where none can be told.</summary>
+    public static Redirects? RedirectsOf(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, string? matchPath)
+    {
+        if (Prefixes(transforms, matchPath) is var (removed, added) && RedirectsFor(removed, added, matchPath) is { } redirects)
+        {
+            return redirects;
+        }
+
+        return PathTransforms(transforms) is [{ Key: var key, Value: var pattern }] && key.Equals("PathPattern", StringComparison.OrdinalIgnoreCase)
+            && RawPattern.Inverse(pattern, matchPath) is { } inverse
+            ? new("/", "", null, inverse)
+            : null;
+    }
 
     /// <summary>
     /// The Redirects of a route with these prefixes, or null where none can be told. Without an
@@ -97,7 +112,7 @@ internal sealed class ClientTarget(Func<string, string?> path, bool queryRewritt
     /// /add/x, and /v3/x is no path of the route, left alone, as nginx does. A route with other
     /// parameters in Match:Path has no such prefix: null.
     /// </summary>
-    public static Redirects? RedirectsFor(string removed, string added, string? matchPath)
+    internal static Redirects? RedirectsFor(string removed, string added, string? matchPath)
     {
         var client = removed.TrimEnd('/') + "/";
         if (added.Length == 0)

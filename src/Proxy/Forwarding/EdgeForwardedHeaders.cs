@@ -45,8 +45,7 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
         context.RequestTransforms.Insert(0, NoExpectation.Instance);
         context.RequestTransforms.Insert(0, new NoUnderscoreNames(active));
         var transforms = context.Route.Transforms ?? [];
-        var prefixes = ClientTarget.Prefixes(transforms, context.Route.Match.Path);
-        context.ResponseTransforms.Insert(0, new UpstreamResponseHeaders(active, prefixes is var (removed, added) ? ClientTarget.RedirectsFor(removed, added, context.Route.Match.Path) : null));
+        context.ResponseTransforms.Insert(0, new UpstreamResponseHeaders(active, ClientTarget.RedirectsOf(transforms, context.Route.Match.Path)));
 
         // A route with its own X-Forwarded or Forwarded transform has already turned the defaults off.
         if (context.UseDefaultForwarders ?? true)
@@ -225,7 +224,8 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
     /// or from the Host it got where a route turns RequestHeaderOriginalHost off) becomes the path
     /// the client used, as nginx's proxy_redirect default does (a Refresh header's URL too), unless
     /// Tern:Forwarding:RewriteRedirects is off: on routes whose path reaches the upstream as the
-    /// client sent it, or with a prefix removed, added, or both (see ClientTarget.RedirectsFor).
+    /// client sent it, with a prefix removed, added, or both, or filled into a PathPattern (see
+    /// ClientTarget.RedirectsOf).
     /// First of the response transforms, so that a route may set its own.
     /// </summary>
     private sealed class UpstreamResponseHeaders(ActiveConfiguration active, ClientTarget.Redirects? redirects) : ResponseTransform
@@ -335,10 +335,19 @@ internal sealed class EdgeForwardedHeaders(ActiveConfiguration active) : ITransf
 
         // A browser reads a path that starts //, or /\ (and one with a tab or line break, which
         // it strips), as another host: http://app/\evil.com/x must not become /\evil.com/x.
-        var path = rest.Length > 0 && rest[0] == '/' ? string.Concat(redirects.Client, rest.TrimStart('/'))
+        var path = redirects.Pattern is { } pattern ? Unfilled(pattern, rest)
+            : rest.Length > 0 && rest[0] == '/' ? string.Concat(redirects.Client, rest.TrimStart('/'))
             : redirects.Bare is { } bare ? string.Concat(bare, rest)
             : null;
         return path is null || path.StartsWith("//", StringComparison.Ordinal) || path.StartsWith("/\\", StringComparison.Ordinal) || path.AsSpan().IndexOfAnyInRange('\0', '\x1f') >= 0 ? null : path;
+    }
+
+    /// <summary>The client's path for the upstream's (with its query or fragment, kept as they are) on a PathPattern's route, or null.</summary>
+    private static string? Unfilled(RawPattern pattern, ReadOnlySpan<char> rest)
+    {
+        var end = rest.IndexOfAny('?', '#');
+        var path = end < 0 ? rest : rest[..end];
+        return path.Length > 0 && pattern.Fill(path.ToString()) is { } client ? string.Concat(client, rest[path.Length..]) : null;
     }
 
     /// <summary>

@@ -37,30 +37,64 @@ internal sealed class RawPattern
 
     private readonly Piece[] _pieces;
 
-    private RawPattern(Piece[] pieces) => _pieces = pieces;
+    /// <summary>The segments the path must hold as written, by index (<see cref="Inverse"/>: the literals Tern sent).</summary>
+    private readonly (int Segment, string Text)[] _literals;
+
+    /// <summary>How many segments the path must have, or, negated and less one, at least how many (a catch-all after them); null for any.</summary>
+    private readonly int? _count;
+
+    private RawPattern(Piece[] pieces, (int, string)[] literals, int? count) => (_pieces, _literals, _count) = (pieces, literals, count);
 
     /// <summary>The PathPattern as filled from the client's path, or null where YARP's filling must stand (see the remarks).</summary>
-    public static RawPattern? For(string pattern, string? matchPath)
+    public static RawPattern? For(string pattern, string? matchPath) => Build(AsPath(pattern), MatchOf(matchPath), inverse: false);
+
+    /// <summary>
+    /// The other way, for a redirect: the client's path for a path of the upstream's that the
+    /// PathPattern makes, its values taken from where the PathPattern puts them and put where
+    /// Match:Path reads them (<c>/npm/v1/login</c> to <c>/api/npm/login</c> for the route above).
+    /// Null where Match:Path has a value the PathPattern does not carry, or where For is (the
+    /// upstream got YARP's paths); Fill is null for a path whose literals are not the PathPattern's as
+    /// Tern writes them, or whose segments are too many or too few.
+    /// </summary>
+    public static RawPattern? Inverse(string pattern, string? matchPath) =>
+        For(pattern, matchPath) is null ? null : Build(MatchOf(matchPath), AsPath(pattern), inverse: true);
+
+    // As YARP makes the pattern a path first: ~/x is the literal ~ then x, not the root's x.
+    private static string AsPath(string pattern) => pattern.StartsWith('/') ? pattern : "/" + pattern;
+
+    private static string MatchOf(string? matchPath) => string.IsNullOrEmpty(matchPath) ? ReverseProxyValidator.EveryPath : matchPath;
+
+    /// <summary>A pattern to fill, from the path a second pattern matched (the client's path and Match:Path, or, inverse, the upstream's and the PathPattern).</summary>
+    private static RawPattern? Build(string fill, string from, bool inverse)
     {
-        // As YARP makes the pattern a path first: ~/x is the literal ~ then x, not the root's x.
-        if (ReverseProxyValidator.Parse(pattern.StartsWith('/') ? pattern : "/" + pattern) is not { } parsed
-            || ReverseProxyValidator.Parse(string.IsNullOrEmpty(matchPath) ? ReverseProxyValidator.EveryPath : matchPath) is not { } match)
+        if (ReverseProxyValidator.Parse(fill) is not { } filled || ReverseProxyValidator.Parse(from) is not { } source)
         {
             return null;
         }
 
-        // Where each Match:Path parameter that is a segment of its own stands.
+        // Where each parameter of the matched pattern that is a segment of its own stands; for the
+        // inverse, which of its literals the path must hold (the router checked the client's).
         var places = new Dictionary<string, (int Segment, bool CatchAll)>(StringComparer.OrdinalIgnoreCase);
-        for (var i = 0; i < match.PathSegments.Count; i++)
+        var literals = new List<(int, string)>();
+        var count = source.PathSegments.Count;
+        for (var i = 0; i < source.PathSegments.Count; i++)
         {
-            if (match.PathSegments[i] is { IsSimple: true, Parts: [RoutePatternParameterPart parameter] })
+            switch (source.PathSegments[i].Parts)
             {
-                places[parameter.Name] = (i, parameter.IsCatchAll);
+                case [RoutePatternParameterPart parameter]:
+                    places[parameter.Name] = (i, parameter.IsCatchAll);
+                    count = parameter.IsCatchAll ? -i - 1 : count;
+                    break;
+                case [RoutePatternLiteralPart literal] when inverse:
+                    literals.Add((i, Escaped(literal.Content)));
+                    break;
+                case var _ when inverse:
+                    return null; // a segment whose parts For leaves to YARP: Tern never sent it
             }
         }
 
         var pieces = new List<Piece>();
-        foreach (var segment in parsed.PathSegments)
+        foreach (var segment in filled.PathSegments)
         {
             switch (segment.Parts)
             {
@@ -68,7 +102,7 @@ internal sealed class RawPattern
                     pieces.Add(new(Escaped(literal.Content), 0, false));
                     break;
                 case [RoutePatternParameterPart { IsOptional: false, Default: null } parameter]
-                    when places.TryGetValue(parameter.Name, out var place) && (!place.CatchAll || parameter is { IsCatchAll: true, EncodeSlashes: false }):
+                    when places.TryGetValue(parameter.Name, out var place) && (!place.CatchAll || parameter is { IsCatchAll: true } && (inverse || !parameter.EncodeSlashes)):
                     pieces.Add(new(null, place.Segment, place.CatchAll));
                     break;
                 default:
@@ -76,13 +110,26 @@ internal sealed class RawPattern
             }
         }
 
-        return new([.. pieces]);
+        return new([.. pieces], [.. literals], inverse ? count : null);
     }
 
     /// <summary>The path for the client's path as written (starting with '/', without the query), or null where a parameter's segment is missing or empty.</summary>
     public string? Fill(string path)
     {
         var segments = path[1..].Split('/');
+        if (_count is { } count && (count >= 0 ? segments.Length != count : segments.Length < -count - 1))
+        {
+            return null;
+        }
+
+        foreach (var (segment, text) in _literals)
+        {
+            if (!string.Equals(segments[segment], text, StringComparison.Ordinal))
+            {
+                return null;
+            }
+        }
+
         var filled = new StringBuilder(path.Length + 16);
         foreach (var piece in _pieces)
         {

@@ -25,7 +25,9 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
             .Route("app", "app", "/app/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/app" }) })
             .Route("set", "app", "/set/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathSet"] = "/redirect" }) })
             .Route("moved", "app", "/moved/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathRemovePrefix"] = "/moved" }, new JsonObject { ["PathPrefix"] = "/v2" }) })
-            .Route("swapped", "app", "/old/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/v2/{**rest}" }) });
+            .Route("swapped", "app", "/old/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/v2/{**rest}" }) })
+            .Route("paged", "app", "/p/{page}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/v2/{page}" }) })
+            .Route("versioned", "app", "/svc/{version}/{**rest}", new JsonObject { ["Transforms"] = new JsonArray(new JsonObject { ["PathPattern"] = "/{version}/{**rest}" }) });
         _tern = await TernInstance.StartAsync(config);
     }
 
@@ -133,6 +135,13 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     [InlineData("/old/redirect", "{self}v22/login", "{self}v22/login")]
     [InlineData("/old/redirect", "{self}v2?x=1", "/old?x=1")]
     [InlineData("/old/redirect", "{self}V2/login", "{self}V2/login")] // a path is compared as written
+    [InlineData("/p/redirect", "{self}v2/login?x=1", "/p/login?x=1")] // any other PathPattern, undone: /v2/{page} back to /p/{page}
+    [InlineData("/p/redirect", "{self}v3/login", "{self}v3/login")] // not the pattern's literal: no path of the route, left alone
+    [InlineData("/p/redirect", "{self}v2/a/b", "{self}v2/a/b")] // more segments than the pattern has
+    [InlineData("/p/redirect", "{self}v2", "{self}v2")]
+    [InlineData("/svc/v2/redirect", "{self}v2/a%2Fb/c#top", "/svc/v2/a%2Fb/c#top")] // each value where Match:Path reads it, as written
+    [InlineData("/svc/v2/redirect", "{self}v3/", "/svc/v3/")]
+    [InlineData("/svc/v2/redirect", "{self}/evil.com/x", "{self}/evil.com/x")] // an empty segment for a value: left alone
     public async Task RedirectToTheUpstreamsOwnAddress_BecomesTheClientsPath(string path, string location, string expected)
     {
         var self = _upstream.Address.ToString(); // http://127.0.0.1:port/
@@ -153,6 +162,7 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     [InlineData("/refresh", "3; url=https://elsewhere.test/", "3; url=https://elsewhere.test/")]
     [InlineData("/refresh", "30", "30")]
     [InlineData("/old/refresh", "1; url={self}v2/next", "1; url=/old/next")] // a route that swaps /old for /v2
+    [InlineData("/p/refresh", "1; url={self}v2/next", "1; url=/p/next")] // a PathPattern's, undone
     public async Task RefreshToTheUpstreamsOwnAddress_BecomesTheClientsPath(string path, string refresh, string expected)
     {
         var self = _upstream.Address.ToString();
@@ -209,6 +219,25 @@ public sealed class HeaderDefaultsTests : IAsyncLifetime
     [InlineData("/other", "/v3", "/add/{**rest}", null, null, null)] // a prefix removed that the route's paths do not have
     public void RedirectsFor_ARoutesPrefixes(string removed, string added, string? matchPath, string? client, string? upstream, string? bare) =>
         Assert.Equal(client is null ? null : new Proxy.Forwarding.ClientTarget.Redirects(client, upstream!, bare), Proxy.Forwarding.ClientTarget.RedirectsFor(removed, added, matchPath));
+
+    /// <summary>
+    /// A route with any other PathPattern maps an upstream's path back by undoing the pattern: its
+    /// values from where the PathPattern put them, to where Match:Path reads them; only a path the
+    /// pattern makes, literals as Tern writes them and as many segments, and only where Match:Path
+    /// reads no value the pattern drops.
+    /// </summary>
+    [Theory]
+    [InlineData("/svc/{version}/{**rest}", "/{version}/{**rest}", "/v2/a/b", "/svc/v2/a/b")]
+    [InlineData("/svc/{version}/{**rest}", "/{version}/{**rest}", "/v2", "/svc/v2")]
+    [InlineData("/a/{x}/{y}", "/{y}/{x}", "/2/1", "/a/1/2")] // in any order
+    [InlineData("/p/{page}", "/v2/{page}", "/v2/x/", null)] // a segment more than the pattern makes
+    [InlineData("/p/{page}", "/v2/{page}", "/V2/x", null)] // the literal as Tern writes it
+    [InlineData("/p/{page}", "/C++ docs/{page}", "/C++%20docs/x", "/p/x")]
+    [InlineData("/t/{tenant}/{**rest}", "/{**rest}", "/x", null)] // the tenant is not in the upstream's path
+    [InlineData("/p/{name}.{ext}", "/files/{name}/{ext}", "/files/a/b", null)] // a pattern YARP fills: no path of Tern's to undo
+    [InlineData(null, "/v2/{**catchall}", "/v2/x", "/x")] // a route with Hosts alone
+    public void RedirectsOf_APathPattern_UndoneOnlyForThePathsItMakes(string? matchPath, string pattern, string upstream, string? client) =>
+        Assert.Equal(client, Proxy.Forwarding.ClientTarget.RedirectsOf([new Dictionary<string, string> { ["PathPattern"] = pattern }], matchPath)?.Pattern?.Fill(upstream));
 
     [Fact]
     public async Task RedirectToTheUpstreamsOwnAddress_LeftAloneWhenRewriteRedirectsIsOff()
