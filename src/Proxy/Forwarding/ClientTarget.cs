@@ -56,25 +56,23 @@ internal sealed class ClientTarget(Func<string, string?> path, bool queryRewritt
             return RawPattern.For(pattern, matchPath) is { } filled ? new(filled.Fill, queryRewritten) : null;
         }
 
-        return Prefixes(transforms, matchPath) is var (removed, added) ? new(rest => Moved(rest, removed, added), queryRewritten) : null;
+        return Prefixes(transforms) is var (removed, added) ? new(rest => Moved(rest, removed, added), queryRewritten) : null;
     }
 
     /// <summary>
     /// The prefix a route removes from the client's path and the one it adds before the rest ("" for
     /// none), where it rewrites the path no other way: no Path* transform, PathRemovePrefix,
-    /// PathPrefix, both, or a PathPattern that swaps one prefix for another (see Swapped: its
-    /// redirects map back, and RawPattern fills its target); null for any other rewrite.
+    /// PathPrefix, or both; null for any other rewrite (a PathPattern is RawPattern's, both ways).
     /// PathPrefix's is added where it is written in URI characters YARP leaves as they are,
     /// without escapes or dot segments.
     /// </summary>
-    public static (string Removed, string Added)? Prefixes(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, string? matchPath) =>
+    private static (string Removed, string Added)? Prefixes(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms) =>
         PathTransforms(transforms) switch
         {
             [] => ("", ""),
             [var remove] when Removes(remove) => (remove.Value, ""),
             [var add] when Added(add) is { } added => ("", added),
             [var remove, var add] when Removes(remove) && Added(add) is { } added => (remove.Value, added),
-            [var pattern] when Swapped(pattern, matchPath) is { } swap => swap,
             _ => null,
         };
 
@@ -91,7 +89,7 @@ internal sealed class ClientTarget(Func<string, string?> path, bool queryRewritt
     /// <summary>The Redirects of a route with these transforms (see RedirectsFor and Redirects), or null where none can be told.</summary>
     public static Redirects? RedirectsOf(IReadOnlyList<IReadOnlyDictionary<string, string>> transforms, string? matchPath)
     {
-        if (Prefixes(transforms, matchPath) is var (removed, added) && RedirectsFor(removed, added, matchPath) is { } redirects)
+        if (Prefixes(transforms) is var (removed, added) && RedirectsFor(removed, added, matchPath) is { } redirects)
         {
             return redirects;
         }
@@ -135,27 +133,6 @@ internal sealed class ClientTarget(Func<string, string?> path, bool queryRewritt
     /// <summary>A PathRemovePrefix the client's target can be compared with as written (one with an escape is YARP's to remove).</summary>
     private static bool Removes(KeyValuePair<string, string> transform) =>
         transform.Key.Equals("PathRemovePrefix", StringComparison.OrdinalIgnoreCase) && !transform.Value.Contains('%', StringComparison.Ordinal);
-
-    /// <summary>
-    /// A PathPattern that swaps one literal prefix for another: Match:Path /old/{**rest} and
-    /// PathPattern /new/{**rest} (the same catch-all, last in both), which removes /old and adds
-    /// /new, as PathRemovePrefix and PathPrefix do. YARP fills a pattern with the decoded route
-    /// value and escapes it again, so /old/a%2Fb reached the upstream as /new/a%252Fb (yarp#1419)
-    /// and /old/a%3Bb as /new/a;b. The prefixes must be written as PathRemovePrefix and PathPrefix
-    /// are taken as written (see Removes, Added); other patterns are YARP's to fill.
-    /// </summary>
-    private static (string Removed, string Added)? Swapped(KeyValuePair<string, string> transform, string? matchPath)
-    {
-        if (!transform.Key.Equals("PathPattern", StringComparison.OrdinalIgnoreCase) || matchPath is null
-            || CatchAllPrefix(matchPath) is not var (removed, name) || CatchAllPrefix(transform.Value) is not var (added, patternName)
-            || !name.Equals(patternName, StringComparison.OrdinalIgnoreCase)
-            || removed.Contains('%', StringComparison.Ordinal) || Added(new("PathPrefix", added)) is not { } addedPrefix)
-        {
-            return null;
-        }
-
-        return (removed, addedPrefix);
-    }
 
     /// <summary>The literal prefix of a pattern that ends with its only parameter, a catch-all '/{**name}' without a constraint or default, and that name.</summary>
     private static (string Prefix, string Name)? CatchAllPrefix(string pattern)
